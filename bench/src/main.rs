@@ -1,0 +1,2 @@
+//! Benchmarks for stow-s3 (work in progress).
+fn main() {}

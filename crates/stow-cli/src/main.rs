@@ -1,0 +1,109 @@
+//! `stow-s3`: the command-line entry point. It parses arguments, calls the
+//! library crates, and prints exactly one JSON document on stdout. Logs and
+//! diagnostics go to stderr. Exit codes: 0 success, 1 refused or failed,
+//! 2 usage error.
+
+mod receipts;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+/// Portable working storage for agents, tools and tests.
+#[derive(Parser)]
+#[command(name = "stow-s3", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect and retire durable save receipts of an object store.
+    #[command(subcommand)]
+    Receipts(receipts::ReceiptsCommand),
+    /// Check an object store's consistency (usage, references, blob files).
+    Check {
+        /// The store's data directory.
+        #[arg(long, visible_alias = "object-dir", default_value = ".stow")]
+        data_dir: PathBuf,
+    },
+}
+
+/// A refusal or failure, printed as `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize)]
+pub struct CliError {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<stow_store::StoreError> for CliError {
+    fn from(e: stow_store::StoreError) -> Self {
+        CliError {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Formats nanoseconds since the epoch as RFC 3339 UTC with nanoseconds.
+pub fn rfc3339_ns(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_nanos(t).to_string()
+}
+
+fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
+    match cli.command {
+        Command::Receipts(cmd) => receipts::run(cmd),
+        Command::Check { data_dir } => {
+            let store = stow_store::Store::open_existing(&data_dir, Default::default())?;
+            let problems = store.verify()?;
+            let usage = store.usage()?;
+            let consistent = problems.is_empty();
+            let out = serde_json::json!({
+                "consistent": consistent,
+                "problems": problems,
+                "usage": usage,
+            });
+            if consistent {
+                Ok(out)
+            } else {
+                Err(CliError {
+                    code: "inconsistent".into(),
+                    message: format!("the store has problems: {}", problems.join("; ")),
+                })
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(value) => {
+            println!("{value}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("stow-s3: {} ({})", err.message, err.code);
+            println!("{}", serde_json::json!({ "error": err }));
+            ExitCode::from(1)
+        }
+    }
+}

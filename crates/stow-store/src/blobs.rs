@@ -1,0 +1,417 @@
+//! Object bodies: small ones inline in the database, large ones as immutable
+//! blob files.
+//!
+//! A large body is streamed to `tmp/<id>` and fsynced *before* the
+//! transaction that references it commits; after the commit it is renamed to
+//! `blobs/<xx>/<id>`. A crash between the two leaves a referenced blob in
+//! `tmp/`, which [`BlobStore::recover`] moves into place on the next open;
+//! a blob in `tmp/` that no row references was never committed and is
+//! deleted. Readers look in `blobs/`, then `tmp/`, then `blobs/` again, so a
+//! rename racing with a read is never mistaken for a missing blob.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rusqlite::Connection;
+
+use crate::checksum::{BodyDigests, BodyHasher};
+use crate::error::{Result, StoreError};
+
+/// Bodies up to this size are stored inline in the database.
+pub(crate) const INLINE_MAX: usize = 32 * 1024;
+const CHUNK: usize = 1 << 20;
+
+/// Identifier of a body (random positive 63-bit integer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct BlobId(pub i64);
+
+impl BlobId {
+    pub fn random() -> Self {
+        BlobId((rand::random::<u64>() >> 1) as i64 | 1)
+    }
+    fn file_name(self) -> String {
+        format!("{:016x}", self.0)
+    }
+    fn shard(self) -> String {
+        format!("{:02x}", self.0 & 0xff)
+    }
+}
+
+type MemBody = Arc<[u8]>;
+
+/// Where large bodies live.
+pub(crate) enum BlobStore {
+    Disk {
+        blobs: PathBuf,
+        tmp: PathBuf,
+    },
+    Memory {
+        staged: Mutex<HashMap<BlobId, MemBody>>,
+        live: RwLock<HashMap<BlobId, MemBody>>,
+    },
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A body that has been received and hashed but not yet committed. Dropping
+/// it without [`Staged::keep`] deletes the staged blob.
+pub(crate) struct Staged {
+    pub id: BlobId,
+    /// `Some` for bodies stored inline.
+    pub inline: Option<Vec<u8>>,
+    pub digests: BodyDigests,
+    store: Arc<BlobStore>,
+    armed: bool,
+}
+
+impl Staged {
+    /// The commit referencing this body succeeded: keep it.
+    pub fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if self.armed && self.inline.is_none() {
+            self.store.discard(self.id);
+        }
+    }
+}
+
+impl BlobStore {
+    /// A disk store under `dir`, creating its folders.
+    pub fn disk(dir: &Path) -> Result<Self> {
+        let blobs = dir.join("blobs");
+        let tmp = dir.join("tmp");
+        fs::create_dir_all(&tmp)?;
+        for shard in 0..=0xffu32 {
+            let d = blobs.join(format!("{shard:02x}"));
+            if !d.is_dir() {
+                fs::create_dir_all(&d)?;
+            }
+        }
+        Ok(Self::Disk { blobs, tmp })
+    }
+
+    pub fn memory() -> Self {
+        Self::Memory {
+            staged: Mutex::new(HashMap::new()),
+            live: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn final_path(blobs: &Path, id: BlobId) -> PathBuf {
+        blobs.join(id.shard()).join(id.file_name())
+    }
+
+    /// Receives a body from `reader`, hashing it on the way. Small bodies stay
+    /// in memory for inline storage; large ones are written to a durable
+    /// staged blob.
+    pub fn stage(
+        self: &Arc<Self>,
+        reader: &mut dyn Read,
+        mut hasher: BodyHasher,
+    ) -> Result<Staged> {
+        let id = BlobId::random();
+        let mut head = Vec::with_capacity(8 * 1024);
+        let n = reader.take(INLINE_MAX as u64 + 1).read_to_end(&mut head)?;
+        hasher.update(&head);
+        if n <= INLINE_MAX {
+            return Ok(Staged {
+                id,
+                inline: Some(head),
+                digests: hasher.finish(),
+                store: Arc::clone(self),
+                armed: true,
+            });
+        }
+        let mut staged = Staged {
+            id,
+            inline: None,
+            digests: BodyHasher::new(&[], false).finish(),
+            store: Arc::clone(self),
+            armed: true,
+        };
+        match &**self {
+            BlobStore::Disk { tmp, .. } => {
+                let path = tmp.join(id.file_name());
+                let mut file = File::create_new(&path)?;
+                file.write_all(&head)?;
+                drop(head);
+                let mut buf = vec![0u8; CHUNK];
+                let mut written = n as u64;
+                let mut flushed = 0u64;
+                loop {
+                    let got = read_full(reader, &mut buf)?;
+                    if got == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..got]);
+                    file.write_all(&buf[..got])?;
+                    written += got as u64;
+                    if written - flushed >= 8 * CHUNK as u64 {
+                        start_writeback(&file, flushed, written - flushed);
+                        flushed = written;
+                    }
+                }
+                file.sync_all()?;
+                sync_dir(tmp)?;
+            }
+            BlobStore::Memory { staged: map, .. } => {
+                let mut body = head;
+                let mut buf = vec![0u8; CHUNK];
+                loop {
+                    let got = read_full(reader, &mut buf)?;
+                    if got == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..got]);
+                    body.extend_from_slice(&buf[..got]);
+                }
+                lock(map).insert(id, Arc::from(body));
+            }
+        }
+        staged.digests = hasher.finish();
+        Ok(staged)
+    }
+
+    /// Moves a committed staged blob into place. Failure is logged, not
+    /// returned: the blob stays readable from `tmp/` and the next open
+    /// finishes the move.
+    pub fn publish(&self, id: BlobId) {
+        match self {
+            BlobStore::Disk { blobs, tmp } => {
+                let from = tmp.join(id.file_name());
+                if let Err(e) = fs::rename(&from, Self::final_path(blobs, id)) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::warn!("cannot move blob {} into place: {e}", id.file_name());
+                    }
+                }
+            }
+            BlobStore::Memory { staged, live } => {
+                if let Some(body) = lock(staged).remove(&id) {
+                    write_lock(live).insert(id, body);
+                }
+            }
+        }
+    }
+
+    /// Deletes a blob no committed row references.
+    pub fn remove(&self, id: BlobId) {
+        match self {
+            BlobStore::Disk { blobs, tmp } => {
+                for path in [Self::final_path(blobs, id), tmp.join(id.file_name())] {
+                    if let Err(e) = fs::remove_file(&path) {
+                        if e.kind() != io::ErrorKind::NotFound {
+                            tracing::warn!("cannot delete blob {}: {e}", path.display());
+                        }
+                    }
+                }
+            }
+            BlobStore::Memory { staged, live } => {
+                write_lock(live).remove(&id);
+                lock(staged).remove(&id);
+            }
+        }
+    }
+
+    fn discard(&self, id: BlobId) {
+        match self {
+            BlobStore::Disk { tmp, .. } => {
+                let _ = fs::remove_file(tmp.join(id.file_name()));
+            }
+            BlobStore::Memory { staged, .. } => {
+                lock(staged).remove(&id);
+            }
+        }
+    }
+
+    /// Opens a committed blob for reading.
+    pub fn open(&self, id: BlobId) -> Result<BlobReader> {
+        match self {
+            BlobStore::Disk { blobs, tmp } => {
+                let fin = Self::final_path(blobs, id);
+                let candidates = [fin.clone(), tmp.join(id.file_name()), fin];
+                for path in &candidates {
+                    match File::open(path) {
+                        Ok(f) => return Ok(BlobReader::File(f)),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(StoreError::Corrupt(format!(
+                    "blob {} is missing",
+                    id.file_name()
+                )))
+            }
+            BlobStore::Memory { staged, live } => {
+                if let Some(b) = read_lock(live).get(&id) {
+                    return Ok(BlobReader::Memory(io::Cursor::new(Arc::clone(b))));
+                }
+                if let Some(b) = lock(staged).get(&id) {
+                    return Ok(BlobReader::Memory(io::Cursor::new(Arc::clone(b))));
+                }
+                Err(StoreError::Corrupt(format!("blob {} is missing", id.0)))
+            }
+        }
+    }
+
+    /// Size of a committed file blob, for integrity checks.
+    pub fn len_of(&self, id: BlobId) -> Result<u64> {
+        match self.open(id)? {
+            BlobReader::File(f) => Ok(f.metadata()?.len()),
+            BlobReader::Memory(c) => Ok(c.get_ref().len() as u64),
+        }
+    }
+
+    /// Finishes what a crash interrupted: moves committed staged blobs into
+    /// place, deletes uncommitted ones, and deletes blobs whose last
+    /// reference was dropped. Runs at open, before any other access.
+    pub fn recover(&self, conn: &Connection) -> Result<()> {
+        let BlobStore::Disk { tmp, .. } = self else {
+            return Ok(());
+        };
+        let mut referenced = conn.prepare("SELECT 1 FROM blobs WHERE id = ?1 AND data IS NULL")?;
+        let mut moved = 0usize;
+        let mut deleted = 0usize;
+        for entry in fs::read_dir(tmp)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let id = name
+                .to_str()
+                .and_then(|s| i64::from_str_radix(s, 16).ok())
+                .map(BlobId);
+            match id {
+                Some(id) if referenced.exists([id.0])? => {
+                    self.publish(id);
+                    moved += 1;
+                }
+                _ => {
+                    fs::remove_file(entry.path())?;
+                    deleted += 1;
+                }
+            }
+        }
+        let dead: Vec<i64> = conn
+            .prepare("SELECT id FROM dead_blobs")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for id in &dead {
+            self.remove(BlobId(*id));
+        }
+        conn.execute("DELETE FROM dead_blobs", [])?;
+        if moved + deleted + dead.len() > 0 {
+            tracing::info!(
+                moved,
+                deleted,
+                dead = dead.len(),
+                "recovered blobs left by an interrupted run"
+            );
+        }
+        Ok(())
+    }
+
+    /// Ids of every blob file present (disk), for integrity checks.
+    pub fn list_files(&self) -> Result<Vec<BlobId>> {
+        let mut out = Vec::new();
+        match self {
+            BlobStore::Disk { blobs, tmp } => {
+                for shard in fs::read_dir(blobs)? {
+                    for entry in fs::read_dir(shard?.path())? {
+                        let name = entry?.file_name();
+                        let id = name.to_str().and_then(|s| i64::from_str_radix(s, 16).ok());
+                        out.push(id.map(BlobId).ok_or_else(|| {
+                            StoreError::Corrupt(format!("stray file {name:?} among blobs"))
+                        })?);
+                    }
+                }
+                for entry in fs::read_dir(tmp)? {
+                    let name = entry?.file_name();
+                    let id = name.to_str().and_then(|s| i64::from_str_radix(s, 16).ok());
+                    out.push(id.map(BlobId).ok_or_else(|| {
+                        StoreError::Corrupt(format!("stray file {name:?} in tmp"))
+                    })?);
+                }
+            }
+            BlobStore::Memory { live, staged } => {
+                out.extend(read_lock(live).keys().copied());
+                out.extend(lock(staged).keys().copied());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An open committed blob.
+pub(crate) enum BlobReader {
+    File(File),
+    Memory(io::Cursor<MemBody>),
+}
+
+impl Read for BlobReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            BlobReader::File(f) => f.read(buf),
+            BlobReader::Memory(c) => c.read(buf),
+        }
+    }
+}
+
+impl Seek for BlobReader {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match self {
+            BlobReader::File(f) => f.seek(pos),
+            BlobReader::Memory(c) => c.seek(pos),
+        }
+    }
+}
+
+/// Reads until `buf` is full or the reader ends.
+fn read_full(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Starts writeback of a written range so the closing fsync has little left
+/// to do; the disk works while the next chunks are hashed.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sync_file_range only reads its integer arguments; the fd is
+    // owned by `file` and open for the duration of the call.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+fn read_lock<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+fn write_lock<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,123 @@
+//! Typed errors of the object store, each with a stable machine code.
+
+use std::path::PathBuf;
+
+/// Everything the store can refuse or fail with.
+///
+/// Every variant has a stable machine code ([`StoreError::code`]); protocol
+/// crates map codes to their wire forms in one place each.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another process (or another handle in this process) owns the directory.
+    #[error("data directory {dir} is already in use by another stow-s3 process")]
+    StoreLocked { dir: PathBuf },
+    /// The directory holds no store (and was not created).
+    #[error("{dir} is not a stow-s3 data directory")]
+    NoSuchStore { dir: PathBuf },
+    /// The bucket name breaks S3's bucket naming rules.
+    #[error("invalid bucket name {name:?}: {reason}")]
+    InvalidBucketName { name: String, reason: &'static str },
+    /// The object key is empty, too long, or contains NUL.
+    #[error("invalid object key: {reason}")]
+    InvalidKey { reason: &'static str },
+    /// User metadata or another object property is malformed or too large.
+    #[error("invalid metadata: {reason}")]
+    InvalidMetadata { reason: String },
+    /// Some other argument is malformed.
+    #[error("invalid argument: {reason}")]
+    InvalidArgument { reason: String },
+    #[error("bucket {bucket} does not exist")]
+    NoSuchBucket { bucket: String },
+    #[error("object {key:?} does not exist in bucket {bucket}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("bucket {bucket} is not empty")]
+    BucketNotEmpty { bucket: String },
+    /// A conditional write (If-None-Match / If-Match) did not hold.
+    #[error("precondition failed: {reason}")]
+    PreconditionFailed { reason: &'static str },
+    /// A guarded save's observation no longer matches the stored object.
+    #[error("the object changed since it was observed")]
+    Conflict,
+    /// A save condition from another store instance, bucket or key.
+    #[error("invalid save condition: {reason}")]
+    InvalidCondition { reason: &'static str },
+    /// A request key was reused for a request with a different meaning.
+    #[error("request key was already used for a different request")]
+    RequestConflict,
+    /// The receipt journal is full (or the entry is too large).
+    #[error("save receipt journal is full: {reason}")]
+    RetentionFull { reason: String },
+    /// A byte or object quota would be exceeded.
+    #[error("quota exceeded: {reason}")]
+    QuotaExceeded { reason: String },
+    /// No receipt is retained for this request key.
+    #[error("no receipt is retained for this request key")]
+    ReceiptNotFound,
+    #[error("requested range is not satisfiable for an object of {size} bytes")]
+    InvalidRange { size: u64 },
+    /// A supplied digest (Content-MD5 or checksum) is not well formed.
+    #[error("invalid digest: {reason}")]
+    InvalidDigest { reason: String },
+    /// A supplied digest does not match the received bytes.
+    #[error("digest mismatch: {reason}")]
+    BadDigest { reason: String },
+    /// A body exceeds a caller-supplied size bound.
+    #[error("object of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("multipart upload {upload_id} does not exist")]
+    NoSuchUpload { upload_id: String },
+    /// Part list of a completion is empty, unordered, unknown or mismatched.
+    #[error("invalid part: {reason}")]
+    InvalidPart { reason: String },
+    /// A non-final part is below the 5 MiB minimum.
+    #[error("part {part_number} is {size} bytes; every part but the last must be at least 5 MiB")]
+    EntityTooSmall { part_number: u32, size: u64 },
+    #[error("invalid part number {0}: must be 1..=10000")]
+    InvalidPartNumber(i64),
+    /// On-disk state is inconsistent (never expected; reported, not repaired).
+    #[error("store is corrupt: {0}")]
+    Corrupt(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("database error: {0}")]
+    Db(#[from] rusqlite::Error),
+}
+
+impl StoreError {
+    /// The stable machine code of this error.
+    pub fn code(&self) -> &'static str {
+        use StoreError::*;
+        match self {
+            StoreLocked { .. } => "store_locked",
+            NoSuchStore { .. } => "no_such_store",
+            InvalidBucketName { .. } => "invalid_bucket_name",
+            InvalidKey { .. } => "invalid_key",
+            InvalidMetadata { .. } => "invalid_metadata",
+            InvalidArgument { .. } => "invalid_argument",
+            NoSuchBucket { .. } => "no_such_bucket",
+            NoSuchKey { .. } => "no_such_key",
+            BucketNotEmpty { .. } => "bucket_not_empty",
+            PreconditionFailed { .. } => "precondition_failed",
+            Conflict => "conflict",
+            InvalidCondition { .. } => "invalid_condition",
+            RequestConflict => "request_conflict",
+            RetentionFull { .. } => "retention_full",
+            QuotaExceeded { .. } => "quota_exceeded",
+            ReceiptNotFound => "not_found",
+            InvalidRange { .. } => "invalid_range",
+            InvalidDigest { .. } => "invalid_digest",
+            BadDigest { .. } => "bad_digest",
+            TooLarge { .. } => "too_large",
+            NoSuchUpload { .. } => "no_such_upload",
+            InvalidPart { .. } => "invalid_part",
+            EntityTooSmall { .. } => "entity_too_small",
+            InvalidPartNumber(_) => "invalid_part_number",
+            Corrupt(_) => "corrupt",
+            Io(_) => "io",
+            Db(_) => "io",
+        }
+    }
+}
+
+/// Shorthand for results of store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,126 @@
+//! A full consistency check of a store, for tests, crash recovery checks and
+//! `doctor`-style tooling. Reads everything; never repairs.
+
+use std::collections::HashMap;
+
+use crate::blobs::BlobId;
+use crate::error::Result;
+use crate::record::decode_extents;
+use crate::store::Store;
+
+impl Store {
+    /// Checks that usage counters equal a recount, that every blob's
+    /// reference count equals the records and parts naming it, that every
+    /// file blob exists with its recorded size, that no unreferenced blob
+    /// file is left, and that receipt counters match. Returns the problems
+    /// found (empty when the store is consistent).
+    pub fn verify(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let blobs = &self.inner.blobs;
+        let (rows, mut refs, usage, recount, receipts, dead) = self.inner.db.read(|conn| {
+            let mut refs: HashMap<i64, i64> = HashMap::new();
+            let mut object_bytes = 0i64;
+            let mut objects = 0i64;
+            let mut st = conn.prepare("SELECT size, extents FROM objects")?;
+            let mut q = st.query([])?;
+            let mut bad_sizes = 0;
+            while let Some(r) = q.next()? {
+                let size: i64 = r.get(0)?;
+                let ext = decode_extents(&r.get::<_, Vec<u8>>(1)?)?;
+                if ext.iter().map(|e| e.size as i64).sum::<i64>() != size {
+                    bad_sizes += 1;
+                }
+                for e in ext {
+                    *refs.entry(e.blob.0).or_default() += 1;
+                }
+                object_bytes += size;
+                objects += 1;
+            }
+            let mut st = conn.prepare("SELECT blob, size FROM parts")?;
+            let mut q = st.query([])?;
+            let mut part_bytes = 0i64;
+            while let Some(r) = q.next()? {
+                *refs.entry(r.get(0)?).or_default() += 1;
+                part_bytes += r.get::<_, i64>(1)?;
+            }
+            let rows: Vec<(i64, i64, i64, Option<i64>)> = conn
+                .prepare("SELECT id, size, refs, length(data) FROM blobs")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let usage: (i64, i64, i64, i64) = conn.query_row(
+                "SELECT bytes, objects, receipts, receipt_bytes FROM usage WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )?;
+            let receipts: (i64, i64) = conn.query_row(
+                "SELECT count(*), coalesce(sum(bytes), 0) FROM receipts",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let dead: Vec<i64> = conn
+                .prepare("SELECT id FROM dead_blobs")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok((
+                rows,
+                refs,
+                usage,
+                (object_bytes + part_bytes, objects, bad_sizes),
+                receipts,
+                dead,
+            ))
+        })?;
+        if recount.2 > 0 {
+            problems.push(format!(
+                "{} objects whose size differs from their extents",
+                recount.2
+            ));
+        }
+        if (usage.0, usage.1) != (recount.0, recount.1) {
+            problems.push(format!(
+                "usage says {} bytes / {} objects, recount finds {} / {}",
+                usage.0, usage.1, recount.0, recount.1
+            ));
+        }
+        if (usage.2, usage.3) != receipts {
+            problems.push(format!(
+                "receipt counters say {} / {} bytes, recount finds {} / {}",
+                usage.2, usage.3, receipts.0, receipts.1
+            ));
+        }
+        let mut file_blobs = HashMap::new();
+        for (id, size, count, inline_len) in &rows {
+            let wanted = refs.remove(id).unwrap_or(0);
+            if wanted != *count {
+                problems.push(format!(
+                    "blob {id:x} has {count} references, records name it {wanted} times"
+                ));
+            }
+            match inline_len {
+                Some(len) if len != size => {
+                    problems.push(format!("inline blob {id:x} holds {len} bytes, not {size}"))
+                }
+                Some(_) => {}
+                None => {
+                    file_blobs.insert(*id, *size);
+                    match blobs.len_of(BlobId(*id)) {
+                        Ok(len) if len as i64 == *size => {}
+                        Ok(len) => {
+                            problems.push(format!("blob file {id:x} holds {len} bytes, not {size}"))
+                        }
+                        Err(e) => problems.push(format!("blob file {id:x}: {e}")),
+                    }
+                }
+            }
+        }
+        for id in refs.keys() {
+            problems.push(format!("records name blob {id:x}, which does not exist"));
+        }
+        for id in blobs.list_files()? {
+            if !file_blobs.contains_key(&id.0) && !dead.contains(&id.0) {
+                problems.push(format!("blob file {:x} is not referenced", id.0));
+            }
+        }
+        Ok(problems)
+    }
+}

@@ -1,0 +1,59 @@
+//! The stow-s3 object store.
+//!
+//! Buckets of objects with S3 semantics, guarded (compare-and-save) writes,
+//! durable idempotent save receipts, multipart uploads and quotas, over two
+//! backends with one behaviour contract: a disk store ([`Store::open`]) and a
+//! memory store ([`Store::memory`]).
+//!
+//! # Durability
+//!
+//! Metadata lives in SQLite (WAL, `synchronous=FULL`); bodies larger than a
+//! few KiB live in immutable blob files that are fsynced before the
+//! transaction naming them commits. Every mutation — its condition check,
+//! record, blob references, usage counters and receipt — commits in one
+//! transaction, so after a crash either all of it is there or none of it.
+//! Concurrent writers share commits (group commit).
+//!
+//! This crate knows nothing about HTTP, JSON-RPC or the CLI.
+
+mod blobs;
+mod checksum;
+mod db;
+mod error;
+mod guarded;
+mod integrity;
+mod list;
+mod model;
+mod multipart;
+mod record;
+mod store;
+pub mod validate;
+
+pub use checksum::{decode_content_md5, Checksum, ChecksumAlgorithm, ChecksumType};
+pub use error::{Result, StoreError};
+pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
+pub use model::*;
+pub use multipart::MIN_PART_SIZE;
+pub use store::{ConditionCheck, ObjectBody, ObjectRead, Store, LOCK_FILE};
+
+/// Lowercase hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Bytes of a hex string, or `None` if it is not hex.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}

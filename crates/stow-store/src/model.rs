@@ -1,0 +1,268 @@
+//! Public data types of the store API.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checksum::{Checksum, ChecksumAlgorithm, ChecksumType};
+
+/// Caller-controlled properties of an object, fixed at write time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectProps {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// User metadata; keys are lower-cased on write.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_disposition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_language: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+}
+
+/// Size and checksum of one part of a multipart object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartSummary {
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+}
+
+/// Everything known about a stored object except its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub bucket: String,
+    pub key: String,
+    pub size: u64,
+    /// Quoted MD5 hex, or `"<md5 of part md5s>-N"` for multipart objects.
+    pub etag: String,
+    /// Nanoseconds since the Unix epoch.
+    pub last_modified_ns: i64,
+    /// Generation: 32 hex chars, new on every write (even same bytes).
+    pub version: String,
+    #[serde(flatten)]
+    pub props: ObjectProps,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
+    /// One entry per part for multipart objects; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartSummary>,
+}
+
+/// A condition on the current state of a key, checked atomically with the write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// Unconditional.
+    #[default]
+    Always,
+    /// `If-None-Match: *`: create only.
+    IfAbsent,
+    /// `If-Match: <etag>` (quotes optional), or `*` for "exists".
+    IfMatch(String),
+}
+
+/// Options of a plain (S3-style) put.
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    pub props: ObjectProps,
+    /// Algorithm whose checksum is computed and kept with the object.
+    pub checksum_algorithm: Option<ChecksumAlgorithm>,
+    /// Checksums the caller supplied (base64); verified, and the first is kept
+    /// when no algorithm is requested.
+    pub expected_checksums: Vec<(ChecksumAlgorithm, String)>,
+    /// Base64 Content-MD5 to verify.
+    pub content_md5: Option<String>,
+    pub condition: WriteCondition,
+}
+
+/// Options of a copy.
+#[derive(Debug, Clone, Default)]
+pub struct CopyOptions {
+    /// `Some` replaces the properties (S3's `REPLACE` directive).
+    pub replace_props: Option<ObjectProps>,
+    /// Condition on the destination.
+    pub condition: WriteCondition,
+    /// Conditions on the source (`x-amz-copy-source-if-*`).
+    pub source: ReadConditions,
+}
+
+/// HTTP-style conditions on a read (or a copy source).
+#[derive(Debug, Clone, Default)]
+pub struct ReadConditions {
+    pub if_match: Option<String>,
+    pub if_none_match: Option<String>,
+    /// Nanoseconds since the epoch.
+    pub if_modified_since_ns: Option<i64>,
+    pub if_unmodified_since_ns: Option<i64>,
+}
+
+/// A byte range request, as in an HTTP `Range: bytes=` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// `first-last`, inclusive; `last` is clamped to the object.
+    FromTo(u64, u64),
+    /// `first-`.
+    From(u64),
+    /// `-n`: the last `n` bytes.
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// Resolves the range against an object size to `(offset, length)`.
+    pub fn resolve(self, size: u64) -> Option<(u64, u64)> {
+        match self {
+            ByteRange::FromTo(a, b) if a <= b && a < size => Some((a, b.min(size - 1) - a + 1)),
+            ByteRange::From(a) if a < size => Some((a, size - a)),
+            ByteRange::Suffix(n) if n > 0 && size > 0 => {
+                let n = n.min(size);
+                Some((size - n, n))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A listing request.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Return entries strictly after this key (a start-after, marker or
+    /// decoded continuation token).
+    pub start_after: Option<String>,
+    /// At most this many keys plus common prefixes (0 returns none).
+    pub max_keys: usize,
+}
+
+/// One object in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObjectSummary {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified_ns: i64,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListPage {
+    pub objects: Vec<ObjectSummary>,
+    pub common_prefixes: Vec<String>,
+    pub is_truncated: bool,
+    /// The last key or common prefix returned, to continue after.
+    pub next_marker: Option<String>,
+}
+
+/// A bucket and when it was created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BucketInfo {
+    pub name: String,
+    pub created_ns: i64,
+}
+
+/// Logical usage: bytes of objects and in-flight parts, and object count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub bytes: u64,
+    pub objects: u64,
+}
+
+/// Limits of a store, fixed at open.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bytes of objects plus in-flight parts.
+    pub max_bytes: Option<u64>,
+    pub max_objects: Option<u64>,
+    pub max_receipts: u64,
+    pub max_receipt_bytes: u64,
+    pub max_receipt_entry_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_bytes: None,
+            max_objects: None,
+            max_receipts: 1024,
+            max_receipt_bytes: 8 << 20,
+            max_receipt_entry_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Options fixed when a multipart upload is created.
+#[derive(Debug, Clone, Default)]
+pub struct CreateUploadOptions {
+    pub props: ObjectProps,
+    pub checksum_algorithm: Option<ChecksumAlgorithm>,
+    /// Defaults to composite when an algorithm is set.
+    pub checksum_type: Option<ChecksumType>,
+}
+
+/// Options of one part upload.
+#[derive(Debug, Clone, Default)]
+pub struct PartOptions {
+    pub content_md5: Option<String>,
+    pub expected_checksums: Vec<(ChecksumAlgorithm, String)>,
+}
+
+/// An in-flight multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UploadInfo {
+    pub upload_id: String,
+    pub key: String,
+    pub initiated_ns: i64,
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartInfo {
+    pub part_number: u32,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified_ns: i64,
+    /// Base64 checksum of the upload's algorithm, if it has one.
+    pub checksum: Option<String>,
+}
+
+/// A page of parts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PartsPage {
+    pub parts: Vec<PartInfo>,
+    pub is_truncated: bool,
+    pub next_part_number_marker: Option<u32>,
+}
+
+/// A page of in-flight uploads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UploadsPage {
+    pub uploads: Vec<UploadInfo>,
+    pub is_truncated: bool,
+    pub next_key_marker: Option<String>,
+    pub next_upload_id_marker: Option<String>,
+}
+
+/// A part named in a completion request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedPart {
+    pub part_number: u32,
+    /// Quotes optional.
+    pub etag: String,
+}
+
+/// A durable save receipt: metadata only, never bodies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Receipt {
+    pub request_key: String,
+    pub bucket: String,
+    pub key: String,
+    /// Object metadata at commit.
+    pub object: ObjectMeta,
+    pub created_ns: i64,
+}

@@ -1,0 +1,271 @@
+//! Object records and blob reference counting, inside a write or read
+//! transaction. Shared by every operation that touches object rows.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use crate::blobs::BlobId;
+use crate::checksum::Checksum;
+use crate::db::Effects;
+use crate::error::{Result, StoreError};
+use crate::model::{ObjectMeta, ObjectProps, PartSummary, StoreOptions, Usage};
+
+/// A contiguous piece of an object's body: a whole blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub blob: BlobId,
+    pub size: u64,
+}
+
+/// Properties kept in a record's `props` column.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct StoredProps {
+    #[serde(flatten)]
+    pub props: ObjectProps,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartSummary>,
+}
+
+/// One object row.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub size: u64,
+    pub etag: String,
+    pub modified_ns: i64,
+    pub generation: [u8; 16],
+    pub props: StoredProps,
+    pub extents: Vec<Extent>,
+}
+
+impl Record {
+    pub fn meta(&self, bucket: &str, key: &str) -> ObjectMeta {
+        ObjectMeta {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            size: self.size,
+            etag: self.etag.clone(),
+            last_modified_ns: self.modified_ns,
+            version: crate::hex(&self.generation),
+            props: self.props.props.clone(),
+            checksum: self.props.checksum.clone(),
+            parts: self.props.parts.clone(),
+        }
+    }
+}
+
+pub(crate) fn encode_extents(extents: &[Extent]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(extents.len() * 16);
+    for e in extents {
+        out.extend_from_slice(&e.blob.0.to_le_bytes());
+        out.extend_from_slice(&e.size.to_le_bytes());
+    }
+    out
+}
+
+pub(crate) fn decode_extents(raw: &[u8]) -> Result<Vec<Extent>> {
+    if !raw.len().is_multiple_of(16) {
+        return Err(StoreError::Corrupt("malformed extent list".into()));
+    }
+    Ok(raw
+        .chunks_exact(16)
+        .map(|c| {
+            let mut id = [0u8; 8];
+            let mut size = [0u8; 8];
+            id.copy_from_slice(&c[..8]);
+            size.copy_from_slice(&c[8..]);
+            Extent {
+                blob: BlobId(i64::from_le_bytes(id)),
+                size: u64::from_le_bytes(size),
+            }
+        })
+        .collect())
+}
+
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn new_generation() -> [u8; 16] {
+    rand::random()
+}
+
+/// The id of a bucket, or `NoSuchBucket`.
+pub(crate) fn bucket_id(conn: &Connection, name: &str) -> Result<i64> {
+    conn.prepare_cached("SELECT id FROM buckets WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NoSuchBucket {
+            bucket: name.to_string(),
+        })
+}
+
+pub(crate) fn load_record(conn: &Connection, bucket: i64, key: &str) -> Result<Option<Record>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT size, etag, modified_ns, generation, props, extents
+             FROM objects WHERE bucket = ?1 AND key = ?2",
+        )?
+        .query_row(params![bucket, key.as_bytes()], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Vec<u8>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Vec<u8>>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((size, etag, modified_ns, generation, props, extents)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(Record {
+        size: size as u64,
+        etag,
+        modified_ns,
+        generation: generation
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("malformed generation".into()))?,
+        props: serde_json::from_str(&props)
+            .map_err(|e| StoreError::Corrupt(format!("malformed object properties: {e}")))?,
+        extents: decode_extents(&extents)?,
+    }))
+}
+
+pub(crate) fn store_record(conn: &Connection, bucket: i64, key: &str, rec: &Record) -> Result<()> {
+    let props = serde_json::to_string(&rec.props)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO objects
+         (bucket, key, size, etag, modified_ns, generation, props, extents)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        bucket,
+        key.as_bytes(),
+        rec.size as i64,
+        rec.etag,
+        rec.modified_ns,
+        &rec.generation[..],
+        props,
+        encode_extents(&rec.extents),
+    ])?;
+    Ok(())
+}
+
+pub(crate) fn delete_record(conn: &Connection, bucket: i64, key: &str) -> Result<()> {
+    conn.prepare_cached("DELETE FROM objects WHERE bucket = ?1 AND key = ?2")?
+        .execute(params![bucket, key.as_bytes()])?;
+    Ok(())
+}
+
+/// Adds a new blob row with one reference. File blobs are moved into place
+/// after the commit.
+pub(crate) fn insert_blob(
+    conn: &Connection,
+    fx: &mut Effects,
+    id: BlobId,
+    size: u64,
+    inline: Option<&[u8]>,
+) -> Result<()> {
+    conn.prepare_cached("INSERT INTO blobs (id, size, refs, data) VALUES (?1, ?2, 1, ?3)")?
+        .execute(params![id.0, size as i64, inline])?;
+    if inline.is_none() {
+        fx.publish.push(id);
+    }
+    Ok(())
+}
+
+/// One more reference to each extent's blob (a copy shares bytes).
+pub(crate) fn retain(conn: &Connection, extents: &[Extent]) -> Result<()> {
+    let mut st = conn.prepare_cached("UPDATE blobs SET refs = refs + 1 WHERE id = ?1")?;
+    for e in extents {
+        if st.execute([e.blob.0])? != 1 {
+            return Err(StoreError::Corrupt(format!("blob {} is missing", e.blob.0)));
+        }
+    }
+    Ok(())
+}
+
+/// Drops one reference to each extent's blob; a blob left with none is
+/// deleted (its file after the commit, and again at open after a crash).
+pub(crate) fn release(conn: &Connection, fx: &mut Effects, extents: &[Extent]) -> Result<()> {
+    let mut dec = conn.prepare_cached(
+        "UPDATE blobs SET refs = refs - 1 WHERE id = ?1 RETURNING refs, data IS NULL",
+    )?;
+    let mut del = conn.prepare_cached("DELETE FROM blobs WHERE id = ?1")?;
+    let mut dead = conn.prepare_cached("INSERT OR IGNORE INTO dead_blobs (id) VALUES (?1)")?;
+    for e in extents {
+        let (refs, is_file): (i64, bool) = dec
+            .query_row([e.blob.0], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::Corrupt(format!("blob {} is missing", e.blob.0)))?;
+        if refs <= 0 {
+            del.execute([e.blob.0])?;
+            if is_file {
+                dead.execute([e.blob.0])?;
+                fx.unlink.push(e.blob);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn load_usage(conn: &Connection) -> Result<Usage> {
+    Ok(conn
+        .prepare_cached("SELECT bytes, objects FROM usage WHERE id = 1")?
+        .query_row([], |r| {
+            Ok(Usage {
+                bytes: r.get::<_, i64>(0)? as u64,
+                objects: r.get::<_, i64>(1)? as u64,
+            })
+        })?)
+}
+
+/// Applies a usage change after checking it against the quotas. A change
+/// that does not grow a counter is always allowed.
+pub(crate) fn charge(
+    conn: &Connection,
+    opts: &StoreOptions,
+    bytes: i64,
+    objects: i64,
+) -> Result<()> {
+    let usage = load_usage(conn)?;
+    let new_bytes = usage.bytes as i64 + bytes;
+    let new_objects = usage.objects as i64 + objects;
+    if let Some(max) = opts.max_bytes {
+        if bytes > 0 && new_bytes > max as i64 {
+            return Err(StoreError::QuotaExceeded {
+                reason: format!("storing would use {new_bytes} bytes; the limit is {max}"),
+            });
+        }
+    }
+    if let Some(max) = opts.max_objects {
+        if objects > 0 && new_objects > max as i64 {
+            return Err(StoreError::QuotaExceeded {
+                reason: format!("storing would make {new_objects} objects; the limit is {max}"),
+            });
+        }
+    }
+    if new_bytes < 0 || new_objects < 0 {
+        return Err(StoreError::Corrupt("usage would become negative".into()));
+    }
+    conn.prepare_cached("UPDATE usage SET bytes = ?1, objects = ?2 WHERE id = 1")?
+        .execute(params![new_bytes, new_objects])?;
+    Ok(())
+}
+
+/// Compares an S3 entity tag with a stored one (quotes and `W/` optional).
+pub(crate) fn etag_matches(given: &str, stored: &str) -> bool {
+    let norm = |s: &str| {
+        let s = s.trim();
+        let s = s.strip_prefix("W/").unwrap_or(s);
+        s.trim_matches('"').to_string()
+    };
+    given.trim() == "*" || norm(given) == norm(stored)
+}
