@@ -1,9 +1,9 @@
 # `make test` is the one command that checks everything CI checks.
 CARGO ?= cargo
 
-.PHONY: test fmt-check lint rust-test fmt bench-store
+.PHONY: test fmt-check lint rust-test e2e-test fmt bench-store
 
-test: fmt-check lint rust-test
+test: fmt-check lint rust-test e2e-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -13,6 +13,12 @@ lint:
 
 rust-test:
 	$(CARGO) test --workspace
+
+# End-to-end tests: the real binary driven by real clients (pytest; the
+# clients are listed in tests/e2e/requirements.txt, installed by .ci/run).
+e2e-test:
+	$(CARGO) build --bin stow-s3
+	STOW_BIN=$(CURDIR)/target/debug/stow-s3 python3 -m pytest tests/e2e -q
 
 fmt:
 	$(CARGO) fmt --all
