@@ -4,7 +4,11 @@ import os
 import pathlib
 import shutil
 
+import sys
+
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -23,3 +27,20 @@ def workdir(tmp_path):
     """A scratch directory removed after the test."""
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture
+def s3server(stow_bin, tmp_path):
+    """A filesystem-backed server on a fresh data directory."""
+    from s3server import S3Server
+
+    server = S3Server(stow_bin, tmp_path / "data")
+    yield server
+    rc = server.stop()
+    assert rc == 0, f"server exited with {rc}: {server.proc.stderr.read().decode()}"
+
+
+@pytest.fixture
+def s3(s3server):
+    """A boto3 client for the running server."""
+    return s3server.client()

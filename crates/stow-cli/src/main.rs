@@ -4,6 +4,7 @@
 //! 2 usage error.
 
 mod receipts;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve an S3-compatible endpoint (default: ./.stow on 127.0.0.1:9000).
+    Serve(serve::ServeArgs),
     /// Inspect and retire durable save receipts of an object store.
     #[command(subcommand)]
     Receipts(receipts::ReceiptsCommand),
@@ -56,6 +59,7 @@ pub fn rfc3339_ns(ns: i64) -> String {
 
 fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Check { data_dir } => {
             let store = stow_store::Store::open_existing(&data_dir, Default::default())?;
@@ -96,6 +100,8 @@ fn main() -> ExitCode {
         }
     };
     match run(cli) {
+        // `serve` reports readiness itself and prints nothing at exit.
+        Ok(serde_json::Value::Null) => ExitCode::SUCCESS,
         Ok(value) => {
             println!("{value}");
             ExitCode::SUCCESS

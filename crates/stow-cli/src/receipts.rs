@@ -31,7 +31,11 @@ pub enum ReceiptsCommand {
         #[arg(long, visible_alias = "object-dir", default_value = ".stow")]
         data_dir: PathBuf,
         /// A request key to retire (repeatable).
-        #[arg(long = "request-key", required_unless_present = "all", conflicts_with = "all")]
+        #[arg(
+            long = "request-key",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
         request_keys: Vec<String>,
         /// Retire every receipt.
         #[arg(long)]

@@ -15,7 +15,11 @@ fn stow(args: &[&str]) -> Output {
 
 fn json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
-    assert_eq!(text.lines().count(), 1, "exactly one JSON document: {text:?}");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "exactly one JSON document: {text:?}"
+    );
     serde_json::from_str(&text).unwrap()
 }
 
@@ -47,10 +51,17 @@ fn version_and_help() {
 
 #[test]
 fn usage_errors_exit_2() {
-    for args in [&["no-such-command"][..], &["receipts", "retire", "--data-dir", "/x"][..], &[][..]] {
+    for args in [
+        &["no-such-command"][..],
+        &["receipts", "retire", "--data-dir", "/x"][..],
+        &[][..],
+    ] {
         let out = stow(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stdout.is_empty(), "usage errors print nothing on stdout");
+        assert!(
+            out.stdout.is_empty(),
+            "usage errors print nothing on stdout"
+        );
     }
 }
 
@@ -66,25 +77,55 @@ fn receipts_list_and_retire() {
     let v = json(&out);
     assert_eq!(v["retained"], 5);
     assert_eq!(v["truncated"], true);
-    let keys: Vec<_> = v["receipts"].as_array().unwrap().iter().map(|r| r["request_key"].clone()).collect();
+    let keys: Vec<_> = v["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_key"].clone())
+        .collect();
     assert_eq!(keys, ["req-00", "req-01"]);
     assert_eq!(v["receipts"][0]["key"], "k0");
-    assert_eq!(v["receipts"][0]["etag"], "\"841a2d689ad86bd1611447453c22c6fc\"");
+    assert_eq!(
+        v["receipts"][0]["etag"],
+        "\"841a2d689ad86bd1611447453c22c6fc\""
+    );
     let out = stow(&["receipts", "list", "--data-dir", d, "--after", "req-03"]);
     let v = json(&out);
     assert_eq!(v["receipts"].as_array().unwrap().len(), 1);
     assert_eq!(v["truncated"], false);
 
-    let out = stow(&["receipts", "retire", "--data-dir", d, "--request-key", "req-01", "--request-key", "nope"]);
+    let out = stow(&[
+        "receipts",
+        "retire",
+        "--data-dir",
+        d,
+        "--request-key",
+        "req-01",
+        "--request-key",
+        "nope",
+    ]);
     assert!(out.status.success());
     let v = json(&out);
-    assert_eq!((v["retired"].as_u64(), v["retained"].as_u64()), (Some(1), Some(4)));
+    assert_eq!(
+        (v["retired"].as_u64(), v["retained"].as_u64()),
+        (Some(1), Some(4))
+    );
 
     let out = stow(&["receipts", "retire", "--data-dir", d, "--all"]);
     assert_eq!(json(&out)["retained"], 0);
     let store = Store::open(&dir, StoreOptions::default()).unwrap();
-    assert_eq!(store.resolve_save("files", "k0", "req-00").unwrap_err().code(), "not_found");
-    assert_eq!(store.usage().unwrap().objects, 5, "retiring receipts keeps objects");
+    assert_eq!(
+        store
+            .resolve_save("files", "k0", "req-00")
+            .unwrap_err()
+            .code(),
+        "not_found"
+    );
+    assert_eq!(
+        store.usage().unwrap().objects,
+        5,
+        "retiring receipts keeps objects"
+    );
 }
 
 #[test]

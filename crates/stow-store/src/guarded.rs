@@ -189,6 +189,7 @@ impl Store {
             req.checksum_algorithm,
             &[],
             None,
+            None,
             req.request_key.is_some(),
         )?;
         let meaning = staged

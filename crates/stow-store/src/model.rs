@@ -67,8 +67,19 @@ pub enum WriteCondition {
     IfMatch(String),
 }
 
+/// Checksums that arrive only after the body (HTTP trailers): called once
+/// the body has been read, and verified like the expected ones. The
+/// algorithm must also be requested up front so it is computed.
+pub struct TrailingChecksums(pub Box<dyn FnOnce() -> Vec<(ChecksumAlgorithm, String)> + Send>);
+
+impl std::fmt::Debug for TrailingChecksums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TrailingChecksums")
+    }
+}
+
 /// Options of a plain (S3-style) put.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct PutOptions {
     pub props: ObjectProps,
     /// Algorithm whose checksum is computed and kept with the object.
@@ -78,6 +89,8 @@ pub struct PutOptions {
     pub expected_checksums: Vec<(ChecksumAlgorithm, String)>,
     /// Base64 Content-MD5 to verify.
     pub content_md5: Option<String>,
+    /// Checksums known only once the body has been read.
+    pub trailing_checksums: Option<TrailingChecksums>,
     pub condition: WriteCondition,
 }
 
@@ -206,10 +219,14 @@ pub struct CreateUploadOptions {
 }
 
 /// Options of one part upload.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct PartOptions {
     pub content_md5: Option<String>,
     pub expected_checksums: Vec<(ChecksumAlgorithm, String)>,
+    /// Algorithm to compute for this part (also used for trailing checksums).
+    pub checksum_algorithm: Option<ChecksumAlgorithm>,
+    /// Checksums known only once the body has been read.
+    pub trailing_checksums: Option<TrailingChecksums>,
 }
 
 /// An in-flight multipart upload.

@@ -135,9 +135,10 @@ impl Store {
         })?;
         let (staged, kept) = self.stage_verified(
             body,
-            alg,
+            alg.or(opts.checksum_algorithm),
             &opts.expected_checksums,
             opts.content_md5.as_deref(),
+            opts.trailing_checksums,
             false,
         )?;
         let info = PartInfo {

@@ -238,6 +238,7 @@ impl Store {
         keep_alg: Option<ChecksumAlgorithm>,
         expected: &[(ChecksumAlgorithm, String)],
         content_md5: Option<&str>,
+        trailing: Option<TrailingChecksums>,
         want_sha256: bool,
     ) -> Result<(Staged, Option<Checksum>)> {
         let md5 = content_md5.map(checksum::decode_content_md5).transpose()?;
@@ -257,6 +258,19 @@ impl Store {
                 return Err(StoreError::BadDigest {
                     reason: "Content-MD5 does not match the body".into(),
                 });
+            }
+        }
+        if let Some(trailing) = trailing {
+            for (alg, value) in (trailing.0)() {
+                if staged.digests.get(alg).is_none() {
+                    return Err(StoreError::InvalidDigest {
+                        reason: format!(
+                            "{} checksum was not announced before the body",
+                            alg.as_str()
+                        ),
+                    });
+                }
+                decoded.push((alg, alg.decode(&value)?));
             }
         }
         for (alg, want) in &decoded {
@@ -296,6 +310,7 @@ impl Store {
             opts.checksum_algorithm,
             &opts.expected_checksums,
             opts.content_md5.as_deref(),
+            opts.trailing_checksums,
             false,
         )?;
         let rec = Record {

@@ -1,0 +1,262 @@
+//! `stow-s3 serve`: a local S3 endpoint over a data directory (or memory).
+
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use stow_s3_http::{Server, ServerConfig};
+use stow_store::{Store, StoreOptions};
+
+use crate::CliError;
+
+/// Where objects live.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Backend {
+    /// Durable, in the data directory.
+    Filesystem,
+    /// In memory, gone at exit.
+    Memory,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on; 0 picks a free one (the bound port is reported).
+    #[arg(long, default_value_t = 9000)]
+    port: u16,
+    /// Data directory of the filesystem backend.
+    #[arg(long, default_value = ".stow")]
+    data_dir: PathBuf,
+    #[arg(long, value_enum, default_value_t = Backend::Filesystem, ignore_case = true)]
+    backend: Backend,
+    /// Access key clients sign with (else STOW_LOCAL_ACCESS_KEY_ID, else generated).
+    #[arg(long)]
+    access_key: Option<String>,
+    /// Secret key clients sign with (else STOW_LOCAL_SECRET_ACCESS_KEY, else generated).
+    #[arg(long)]
+    secret_key: Option<String>,
+    /// Region in the credential scope.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Refuse every mutation with 403 AccessDenied.
+    #[arg(long)]
+    read_only: bool,
+    /// Quota on stored bytes (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    max_bytes: u64,
+    /// Quota on stored objects (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    max_objects: u64,
+    /// Largest request body (default 5 GiB, S3's single-PUT limit).
+    #[arg(long, default_value_t = 5 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_request_bytes: u64,
+    /// Requests served at once; more get 503 SlowDown.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_concurrent_requests: u64,
+    /// Write the readiness JSON to this inherited file descriptor instead of
+    /// the STOW_READY line on stdout.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(3..))]
+    ready_fd: Option<i32>,
+    /// Exit when this process (which must be the parent) exits.
+    #[arg(long)]
+    parent_pid: Option<i32>,
+    /// Allowed CORS origin (repeatable; `*` allows any). Default: loopback origins.
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
+    /// Token for /_stow/* admin routes from non-loopback peers (prefer STOW_ADMIN_TOKEN).
+    #[arg(long, env = "STOW_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+}
+
+fn refuse(code: &str, message: impl Into<String>) -> CliError {
+    CliError {
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+fn random_key(len: usize, alphabet: &[u8]) -> String {
+    (0..len)
+        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
+        .collect()
+}
+
+fn credentials(args: &ServeArgs) -> (String, String) {
+    let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let access = args
+        .access_key
+        .clone()
+        .or_else(|| from_env("STOW_LOCAL_ACCESS_KEY_ID"));
+    let secret = args
+        .secret_key
+        .clone()
+        .or_else(|| from_env("STOW_LOCAL_SECRET_ACCESS_KEY"));
+    match (access, secret) {
+        (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => (a, s),
+        _ => (
+            format!(
+                "STOW{}",
+                random_key(16, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+            ),
+            random_key(
+                40,
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+            ),
+        ),
+    }
+}
+
+/// Arms parent-death delivery of SIGTERM; refuses a pid that is not our parent.
+fn watch_parent(pid: i32) -> Result<(), CliError> {
+    // SAFETY: getppid and prctl take plain integers and touch no memory of ours.
+    let parent = unsafe { libc::getppid() };
+    if parent != pid {
+        return Err(refuse(
+            "invalid_argument",
+            format!("--parent-pid {pid} is not this process's parent ({parent})"),
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: as above.
+        let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+        if rc != 0 {
+            return Err(refuse("unavailable", "cannot arm parent-death signal"));
+        }
+        // The parent may have died before the signal was armed.
+        // SAFETY: as above.
+        if unsafe { libc::getppid() } != pid {
+            return Err(refuse(
+                "parent_exited",
+                "the parent process has already exited",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn write_ready_fd(fd: i32, line: &str) -> Result<(), CliError> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(refuse(
+            "invalid_argument",
+            format!("--ready-fd {fd} is not an open descriptor"),
+        ));
+    }
+    // SAFETY: the descriptor is open (checked above) and was handed to us for
+    // this purpose; ManuallyDrop leaves it open for the parent to close.
+    let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    file.write_all(line.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(|e| {
+            refuse(
+                "unavailable",
+                format!("cannot write readiness to fd {fd}: {e}"),
+            )
+        })
+}
+
+pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
+    if args.region.trim().is_empty() {
+        return Err(refuse("invalid_argument", "--region must not be empty"));
+    }
+    if let Some(pid) = args.parent_pid {
+        watch_parent(pid)?;
+    }
+    let (access_key, secret_key) = credentials(&args);
+    let opts = StoreOptions {
+        max_bytes: (args.max_bytes > 0).then_some(args.max_bytes),
+        max_objects: (args.max_objects > 0).then_some(args.max_objects),
+        ..StoreOptions::default()
+    };
+    let store = match args.backend {
+        Backend::Filesystem => Store::open(&args.data_dir, opts)?,
+        Backend::Memory => Store::memory(opts)?,
+    };
+    let config = ServerConfig {
+        store,
+        access_key: access_key.clone(),
+        secret_key: secret_key.clone(),
+        region: args.region.clone(),
+        read_only: args.read_only,
+        max_request_bytes: args.max_request_bytes,
+        max_concurrent_requests: args.max_concurrent_requests as usize,
+        cors_origins: args.cors_origins.clone(),
+        admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| refuse("unavailable", format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let server = Server::bind(SocketAddr::new(args.host, args.port), config)
+            .await
+            .map_err(|e| refuse("address_in_use", format!("cannot listen on {}:{}: {e}", args.host, args.port)))?;
+        let bound = server.local_addr();
+        let shown = if bound.ip().is_unspecified() {
+            SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port())
+        } else {
+            bound
+        };
+        let endpoint = format!("http://{shown}");
+        tracing::info!("stow listening on {endpoint} (mode=local)");
+        match args.ready_fd {
+            Some(fd) => {
+                let ready = serde_json::json!({
+                    "protocolVersion": 1,
+                    "binaryVersion": env!("CARGO_PKG_VERSION"),
+                    "endpoint": endpoint,
+                    "region": args.region,
+                    "accessKeyId": access_key,
+                    "secretAccessKey": secret_key,
+                    "mode": "local",
+                    "backend": match args.backend { Backend::Filesystem => "filesystem", Backend::Memory => "memory" },
+                    "capabilities": {
+                        "persistent": args.backend == Backend::Filesystem,
+                        "multipart": true,
+                        "upstream": false,
+                        "conditionalWrites": true,
+                        "presignedUrls": true,
+                        "maxBytes": args.max_bytes,
+                        "maxObjects": args.max_objects,
+                        "maxRequestBytes": args.max_request_bytes,
+                        "maxConcurrentRequests": args.max_concurrent_requests,
+                    },
+                });
+                write_ready_fd(fd, &ready.to_string())?;
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(
+                    out,
+                    "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local"
+                );
+                let _ = out.flush();
+            }
+        }
+        server.run(shutdown_signal(), Duration::from_secs(10)).await;
+        tracing::info!("stopped; data directory released");
+        Ok::<(), CliError>(())
+    })?;
+    Ok(serde_json::Value::Null)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

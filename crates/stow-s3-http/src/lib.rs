@@ -1,0 +1,415 @@
+//! The S3 wire protocol over a [`stow_store::Store`].
+//!
+//! [`Server`] accepts HTTP/1.1 connections and runs each request through a
+//! short pipeline before the S3 operation itself: admin routes
+//! (`/_stow/*`), CORS, refusal of SigV2, the concurrency cap (`503
+//! SlowDown`), and the request-size cap (`400 EntityTooLarge`). Then `s3s`
+//! verifies SigV4 (headers, presigned URLs, `aws-chunked` streaming with
+//! trailers), parses the operation, and calls [`StowS3`], which maps it onto
+//! the store. Storage logic lives only in `stow-store`.
+
+mod body;
+mod errors;
+mod s3;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{s3_error, S3Error, S3Result};
+use stow_store::Store;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use s3::StowS3;
+
+/// Everything a server needs besides its listening socket.
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub store: Store,
+    pub access_key: String,
+    pub secret_key: String,
+    pub region: String,
+    pub read_only: bool,
+    /// Largest request body accepted (`400 EntityTooLarge` beyond).
+    pub max_request_bytes: u64,
+    /// Requests served at once (`503 SlowDown` beyond).
+    pub max_concurrent_requests: usize,
+    /// Allowed CORS origins; empty means loopback origins only; `*` any.
+    pub cors_origins: Vec<String>,
+    /// Token for admin routes from non-loopback peers.
+    pub admin_token: Option<String>,
+}
+
+/// One key pair; unknown access keys are refused as AccessDenied.
+struct OneKey {
+    access_key: String,
+    secret_key: SecretKey,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for OneKey {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        if access_key == self.access_key {
+            Ok(self.secret_key.clone())
+        } else {
+            Err(s3_error!(
+                AccessDenied,
+                "The access key is not known to this server"
+            ))
+        }
+    }
+}
+
+struct Handler {
+    s3: S3Service,
+    config: ServerConfig,
+    slots: Arc<Semaphore>,
+    started: Instant,
+    listen: SocketAddr,
+    requests: AtomicU64,
+    refused_busy: AtomicU64,
+}
+
+/// A bound S3 server.
+pub struct Server {
+    listener: TcpListener,
+    handler: Arc<Handler>,
+}
+
+type Body = s3s::Body;
+
+impl Server {
+    /// Binds the listening socket. Port 0 picks a free port; see
+    /// [`Server::local_addr`].
+    pub async fn bind(addr: SocketAddr, config: ServerConfig) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(addr).await?;
+        let listen = listener.local_addr()?;
+        let mut builder = S3ServiceBuilder::new(StowS3::new(
+            config.store.clone(),
+            config.read_only,
+            config.region.clone(),
+        ));
+        builder.set_auth(OneKey {
+            access_key: config.access_key.clone(),
+            secret_key: SecretKey::from(config.secret_key.as_str()),
+        });
+        let handler = Arc::new(Handler {
+            s3: builder.build(),
+            slots: Arc::new(Semaphore::new(config.max_concurrent_requests.max(1))),
+            config,
+            started: Instant::now(),
+            listen,
+            requests: AtomicU64::new(0),
+            refused_busy: AtomicU64::new(0),
+        });
+        Ok(Server { listener, handler })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.handler.listen
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting and gives
+    /// in-flight requests up to `grace` to finish.
+    pub async fn run(self, shutdown: impl Future<Output = ()>, grace: Duration) {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            // Small responses must not wait for Nagle and delayed ACKs.
+            let _ = stream.set_nodelay(true);
+            let handler = Arc::clone(&self.handler);
+            let service = hyper::service::service_fn(move |req| {
+                let handler = Arc::clone(&handler);
+                async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
+            });
+            let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!("connection from {peer} ended: {e}");
+                }
+            });
+        }
+        drop(self.listener);
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("in-flight requests did not finish within {grace:?}");
+        }
+    }
+}
+
+fn xml_error(err: S3Error) -> Response<Body> {
+    match err.to_http_response() {
+        Ok(resp) => resp,
+        Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    }
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut resp = Response::new(Body::from(text.to_string()));
+    *resp.status_mut() = status;
+    resp
+}
+
+fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    let mut resp = Response::new(Body::from(value.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn header_str<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Constant-time comparison, so a token cannot be guessed byte by byte.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    [
+        "http://localhost",
+        "http://127.0.0.1",
+        "http://[::1]",
+        "https://localhost",
+        "https://127.0.0.1",
+    ]
+    .iter()
+    .any(|base| {
+        origin.strip_prefix(base).is_some_and(|rest| {
+            rest.is_empty()
+                || (rest.starts_with(':') && rest[1..].bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
+impl Handler {
+    fn allowed_origin(&self, origin: &str) -> bool {
+        if self.config.cors_origins.is_empty() {
+            return is_loopback_origin(origin);
+        }
+        self.config
+            .cors_origins
+            .iter()
+            .any(|o| o == "*" || o == origin)
+    }
+
+    fn with_cors(&self, origin: Option<&HeaderValue>, mut resp: Response<Body>) -> Response<Body> {
+        let headers = resp.headers_mut();
+        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+        if let Some(origin) = origin {
+            if origin.to_str().is_ok_and(|o| self.allowed_origin(o)) {
+                headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+                headers.insert(
+                    header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                    HeaderValue::from_static(
+                        "ETag, x-amz-request-id, x-amz-version-id, Content-Range, Content-Length",
+                    ),
+                );
+            }
+        }
+        resp
+    }
+
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let origin = req.headers().get(header::ORIGIN).cloned();
+        let resp = self.route(req, peer).await;
+        self.with_cors(origin.as_ref(), resp)
+    }
+
+    async fn route(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        if req.uri().path().starts_with("/_stow/") {
+            return self.admin(&req, peer);
+        }
+        if req.method() == Method::OPTIONS && req.headers().contains_key(header::ORIGIN) {
+            return self.preflight(&req);
+        }
+        if let Some(refusal) = self.refuse_early(&req) {
+            return refusal;
+        }
+        let Ok(_slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            self.refused_busy.fetch_add(1, Ordering::Relaxed);
+            let mut resp = xml_error(s3_error!(
+                SlowDown,
+                "Too many concurrent requests; retry shortly"
+            ));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        };
+        let req = req.map(Body::from);
+        match self.s3.call(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::error!("request failed: {e:?}");
+                plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        }
+    }
+
+    /// Refusals that need no SigV4 work: SigV2, IAM/STS calls, oversized bodies.
+    fn refuse_early(&self, req: &Request<Incoming>) -> Option<Response<Body>> {
+        let query = req.uri().query().unwrap_or("");
+        let has_param = |name: &str| query.split('&').any(|p| p.split('=').next() == Some(name));
+        let sigv2 = header_str(req, "authorization").is_some_and(|a| a.starts_with("AWS "))
+            || (has_param("AWSAccessKeyId") && has_param("Signature"));
+        if sigv2 {
+            return Some(xml_error(s3_error!(
+                AccessDenied,
+                "Signature Version 2 is not supported; sign requests with AWS Signature Version 4"
+            )));
+        }
+        if has_param("Action") {
+            return Some(xml_error(s3_error!(
+                NotImplemented,
+                "IAM and STS actions are not served by this S3 endpoint"
+            )));
+        }
+        let declared = ["x-amz-decoded-content-length", "content-length"]
+            .iter()
+            .filter_map(|h| header_str(req, h)?.trim().parse::<u64>().ok())
+            .max();
+        if declared.is_some_and(|n| n > self.config.max_request_bytes) {
+            return Some(xml_error(s3_error!(
+                EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size"
+            )));
+        }
+        None
+    }
+
+    fn preflight(&self, req: &Request<Incoming>) -> Response<Body> {
+        let mut resp = plain(StatusCode::OK, "");
+        let allowed = header_str(req, "origin").is_some_and(|o| self.allowed_origin(o));
+        if allowed {
+            let h = resp.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, PUT, POST, DELETE, HEAD"),
+            );
+            let asked = req
+                .headers()
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .cloned()
+                .unwrap_or_else(|| HeaderValue::from_static("*"));
+            h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked);
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            );
+        }
+        resp
+    }
+
+    fn admin(&self, req: &Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let token_ok = match (&self.config.admin_token, header_str(req, "x-stow-admin")) {
+            (Some(want), Some(got)) => !want.is_empty() && same_secret(want, got),
+            _ => false,
+        };
+        if !(peer.ip().is_loopback() || token_ok) || req.method() != Method::GET {
+            return plain(StatusCode::NOT_FOUND, "");
+        }
+        match req.uri().path() {
+            "/_stow/health" => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
+            "/_stow/status" => {
+                let store = &self.config.store;
+                let usage = store.usage().unwrap_or_default();
+                let buckets = store.list_buckets().map(|b| b.len()).unwrap_or(0);
+                json(
+                    StatusCode::OK,
+                    serde_json::json!({
+                        "mode": "local",
+                        "listen": self.listen.to_string(),
+                        "region": self.config.region,
+                        "backend": if store.is_persistent() { "filesystem" } else { "memory" },
+                        "read_only": self.config.read_only,
+                        "bucket_count": buckets,
+                        "object_count": usage.objects,
+                        "stored_bytes": usage.bytes,
+                        "cache_policy": "none",
+                        "write_policy": "local-only",
+                        "uptime_sec": self.started.elapsed().as_secs(),
+                        "version": env!("CARGO_PKG_VERSION"),
+                    }),
+                )
+            }
+            "/_stow/metrics" => {
+                let usage = self.config.store.usage().unwrap_or_default();
+                let text = format!(
+                    "# TYPE stow_requests_total counter\nstow_requests_total {}\n\
+                     # TYPE stow_requests_refused_busy_total counter\nstow_requests_refused_busy_total {}\n\
+                     # TYPE stow_stored_bytes gauge\nstow_stored_bytes {}\n\
+                     # TYPE stow_objects gauge\nstow_objects {}\n",
+                    self.requests.load(Ordering::Relaxed),
+                    self.refused_busy.load(Ordering::Relaxed),
+                    usage.bytes,
+                    usage.objects,
+                );
+                let mut resp = plain(StatusCode::OK, &text);
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                resp
+            }
+            _ => json(
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"error": "not found"}),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins() {
+        assert!(is_loopback_origin("http://localhost:5173"));
+        assert!(is_loopback_origin("http://127.0.0.1"));
+        assert!(!is_loopback_origin("http://localhost.evil.com"));
+        assert!(!is_loopback_origin("http://example.com"));
+    }
+
+    #[test]
+    fn secrets_compare_exactly() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "ab"));
+    }
+}

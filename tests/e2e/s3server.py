@@ -1,0 +1,76 @@
+"""Start and stop a real `stow-s3 serve` for tests, reading its readiness record."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import boto3
+from botocore.config import Config
+
+
+class S3Server:
+    """A running `stow-s3 serve` process and a boto3 client bound to it."""
+
+    def __init__(self, stow_bin, data_dir, *extra, backend="filesystem", env=None):
+        read_fd, write_fd = os.pipe()
+        args = [
+            stow_bin, "serve", "--port", "0", "--data-dir", str(data_dir),
+            "--backend", backend, "--ready-fd", str(write_fd), *extra,
+        ]
+        self.proc = subprocess.Popen(
+            args, pass_fds=(write_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env,
+        )
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as ready:
+            line = ready.readline()
+        if not line:
+            out, err = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"server did not become ready: rc={self.proc.returncode} {err.decode()}")
+        self.ready = json.loads(line)
+        self.endpoint = self.ready["endpoint"]
+        self.access_key = self.ready["accessKeyId"]
+        self.secret_key = self.ready["secretAccessKey"]
+
+    def client(self, **config):
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.ready["region"],
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config),
+        )
+
+    def aws_env(self):
+        env = dict(os.environ)
+        env.update(
+            AWS_ACCESS_KEY_ID=self.access_key,
+            AWS_SECRET_ACCESS_KEY=self.secret_key,
+            AWS_DEFAULT_REGION=self.ready["region"],
+            AWS_ENDPOINT_URL=self.endpoint,
+            AWS_CONFIG_FILE="/dev/null",
+            AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+        )
+        return env
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
