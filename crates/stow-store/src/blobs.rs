@@ -221,6 +221,27 @@ impl BlobStore {
         }
     }
 
+    /// Makes the deletion of these blobs' files durable. Their `dead_blobs`
+    /// rows are dropped by the next transaction; without this, a power loss
+    /// could bring a file back after its row is gone, leaving it unreferenced.
+    pub fn sync_removed(&self, ids: &[BlobId]) {
+        let BlobStore::Disk { blobs, tmp } = self else {
+            return;
+        };
+        let mut shards: Vec<String> = ids.iter().map(|id| id.shard()).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let dirs = shards
+            .iter()
+            .map(|s| blobs.join(s))
+            .chain(std::iter::once(tmp.clone()));
+        for dir in dirs {
+            if let Err(e) = sync_dir(&dir) {
+                tracing::warn!("cannot sync {}: {e}", dir.display());
+            }
+        }
+    }
+
     fn discard(&self, id: BlobId) {
         match self {
             BlobStore::Disk { tmp, .. } => {
@@ -302,9 +323,11 @@ impl BlobStore {
             .prepare("SELECT id FROM dead_blobs")?
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
-        for id in &dead {
-            self.remove(BlobId(*id));
+        let dead_ids: Vec<BlobId> = dead.iter().copied().map(BlobId).collect();
+        for id in &dead_ids {
+            self.remove(*id);
         }
+        self.sync_removed(&dead_ids);
         conn.execute("DELETE FROM dead_blobs", [])?;
         if moved + deleted + dead.len() > 0 {
             tracing::info!(

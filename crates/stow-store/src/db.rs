@@ -229,6 +229,9 @@ impl Db {
                 for id in &effects.unlink {
                     self.blobs.remove(*id);
                 }
+                if !effects.unlink.is_empty() {
+                    self.blobs.sync_removed(&effects.unlink);
+                }
                 writer.unlinked = effects.unlink;
             }
             Err(e) => {
