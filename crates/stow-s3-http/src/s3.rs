@@ -1054,8 +1054,14 @@ impl S3 for StowS3 {
         let info =
             blocking(move || store.upload_part(&bucket, &key, &upload, number, &mut reader, opts))
                 .await?;
+        let c = ChecksumFields::of(info.checksum.as_ref());
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(etag(&info.etag)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
             ..Default::default()
         }))
     }
@@ -1235,12 +1241,19 @@ impl S3 for StowS3 {
             parts: Some(
                 page.parts
                     .into_iter()
-                    .map(|p| Part {
-                        part_number: Some(p.part_number as i32),
-                        size: Some(p.size as i64),
-                        e_tag: Some(etag(&p.etag)),
-                        last_modified: Some(timestamp(p.last_modified_ns)),
-                        ..Default::default()
+                    .map(|p| {
+                        let c = ChecksumFields::of(p.checksum.as_ref());
+                        Part {
+                            part_number: Some(p.part_number as i32),
+                            size: Some(p.size as i64),
+                            e_tag: Some(etag(&p.etag)),
+                            last_modified: Some(timestamp(p.last_modified_ns)),
+                            checksum_crc32: c.crc32,
+                            checksum_crc32c: c.crc32c,
+                            checksum_crc64nvme: c.crc64nvme,
+                            checksum_sha1: c.sha1,
+                            checksum_sha256: c.sha256,
+                        }
                     })
                     .collect(),
             ),
@@ -1303,7 +1316,12 @@ impl S3 for StowS3 {
         let wanted: Vec<String> = input
             .object_attributes
             .iter()
-            .map(|a| a.as_str().to_ascii_lowercase())
+            .flat_map(|a| {
+                a.as_str()
+                    .split(',')
+                    .map(|p| p.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let want = |name: &str| wanted.iter().any(|w| w == name);
         let store = self.store.clone();

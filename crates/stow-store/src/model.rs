@@ -244,8 +244,10 @@ pub struct PartInfo {
     pub size: u64,
     pub etag: String,
     pub last_modified_ns: i64,
-    /// Base64 checksum of the upload's algorithm, if it has one.
-    pub checksum: Option<String>,
+    /// The part's checksum: of the upload's algorithm when it has one (kept
+    /// for the object's checksum), else of the algorithm the part upload
+    /// asked for (reported, not kept).
+    pub checksum: Option<Checksum>,
 }
 
 /// A page of parts.

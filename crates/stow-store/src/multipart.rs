@@ -146,8 +146,13 @@ impl Store {
             size: staged.digests.size,
             etag: checksum::etag_of_md5(&staged.digests.md5),
             last_modified_ns: record::now_ns(),
-            checksum: kept.filter(|c| Some(c.algorithm) == alg).map(|c| c.value),
+            checksum: kept,
         };
+        let kept_value = info
+            .checksum
+            .as_ref()
+            .filter(|c| Some(c.algorithm) == alg)
+            .map(|c| c.value.clone());
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
         let blob = staged.id;
         let inline = staged.inline.clone();
@@ -174,7 +179,7 @@ impl Store {
                 info.size as i64,
                 info.etag,
                 info.last_modified_ns,
-                info.checksum
+                kept_value
             ])?;
             if let Some((old_blob, old_size)) = old {
                 let extent = Extent {
@@ -203,7 +208,7 @@ impl Store {
         check_upload_id(upload_id)?;
         self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
-            load_upload(conn, b, key, upload_id)?;
+            let alg = load_upload(conn, b, key, upload_id)?.checksum_algorithm;
             let mut st = conn.prepare_cached(
                 "SELECT number, size, etag, modified_ns, checksum FROM parts
                  WHERE upload = ?1 AND number > ?2 ORDER BY number LIMIT ?3",
@@ -215,7 +220,13 @@ impl Store {
                         size: r.get::<_, i64>(1)? as u64,
                         etag: r.get(2)?,
                         last_modified_ns: r.get(3)?,
-                        checksum: r.get(4)?,
+                        checksum: r.get::<_, Option<String>>(4)?.zip(alg).map(
+                            |(value, algorithm)| Checksum {
+                                algorithm,
+                                value,
+                                kind: ChecksumType::FullObject,
+                            },
+                        ),
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;
