@@ -230,3 +230,26 @@ def test_unsigned_requests_are_denied(s3server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(s3server.endpoint + "/health")
     assert e.value.code == 403
+
+
+def test_virtual_host_presigned_get(s3server, s3):
+    import boto3
+    from botocore.config import Config
+    import http.client
+    import urllib.parse
+
+    s3.create_bucket(Bucket="vhost")
+    s3.put_object(Bucket="vhost", Key="dir/file.txt", Body=b"virtual")
+    port = urllib.parse.urlparse(s3server.endpoint).port
+    virtual = boto3.client(
+        "s3", endpoint_url=f"http://localhost:{port}", region_name="us-east-1",
+        aws_access_key_id=s3server.access_key, aws_secret_access_key=s3server.secret_key,
+        config=Config(signature_version="s3v4", s3={"addressing_style": "virtual"}),
+    )
+    url = urllib.parse.urlparse(virtual.generate_presigned_url(
+        "get_object", Params={"Bucket": "vhost", "Key": "dir/file.txt"}, ExpiresIn=300))
+    assert url.hostname == "vhost.localhost"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", url.path + "?" + url.query, headers={"Host": url.netloc})
+    resp = conn.getresponse()
+    assert (resp.status, resp.read()) == (200, b"virtual")

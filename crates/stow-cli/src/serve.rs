@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// Allowed CORS origin (repeatable; `*` allows any). Default: loopback origins.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
+    /// Suffix for virtual-host addressing (`<bucket>.<base-host>`);
+    /// `<bucket>.localhost` always works.
+    #[arg(long)]
+    base_host: Option<String>,
     /// Token for /_stow/* admin routes from non-loopback peers (prefer STOW_ADMIN_TOKEN).
     #[arg(long, env = "STOW_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -188,6 +192,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         max_concurrent_requests: args.max_concurrent_requests as usize,
         cors_origins: args.cors_origins.clone(),
         admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
+        base_host: args.base_host.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -23,6 +23,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::auth::{S3Auth, SecretKey};
+use s3s::host::{S3Host, VirtualHost};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{s3_error, S3Error, S3Result};
 use stow_store::Store;
@@ -47,6 +48,42 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Token for admin routes from non-loopback peers.
     pub admin_token: Option<String>,
+    /// Suffix for virtual-host addressing (`<bucket>.<base-host>`), besides
+    /// `<bucket>.localhost`, which always works.
+    pub base_host: Option<String>,
+}
+
+/// Virtual-host addressing for `<bucket>.localhost` and
+/// `<bucket>.<base-host>`; every other host (an IP, `localhost` itself)
+/// means path-style addressing.
+struct LocalHosts {
+    bases: Vec<String>,
+}
+
+impl S3Host for LocalHosts {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
+        let name = if host.starts_with('[') {
+            host.split(']')
+                .next()
+                .map_or(host, |h| &host[..h.len() + 1])
+        } else {
+            host.rsplit_once(':').map_or(host, |(h, _)| h)
+        };
+        for base in &self.bases {
+            let Some(prefix) = name.len().checked_sub(base.len() + 1) else {
+                continue;
+            };
+            let (bucket, rest) = name.split_at(prefix);
+            if rest.len() == base.len() + 1
+                && rest.as_bytes()[0] == b'.'
+                && rest[1..].eq_ignore_ascii_case(base)
+                && !bucket.is_empty()
+            {
+                return Ok(VirtualHost::new(&rest[1..]).with_bucket(bucket));
+            }
+        }
+        Ok(VirtualHost::new(name))
+    }
 }
 
 /// One key pair; unknown access keys are refused as AccessDenied.
@@ -98,6 +135,9 @@ impl Server {
             config.read_only,
             config.region.clone(),
         ));
+        let mut bases = vec!["localhost".to_string()];
+        bases.extend(config.base_host.clone().filter(|b| !b.is_empty()));
+        builder.set_host(LocalHosts { bases });
         builder.set_auth(OneKey {
             access_key: config.access_key.clone(),
             secret_key: SecretKey::from(config.secret_key.as_str()),
@@ -404,6 +444,29 @@ mod tests {
         assert!(is_loopback_origin("http://127.0.0.1"));
         assert!(!is_loopback_origin("http://localhost.evil.com"));
         assert!(!is_loopback_origin("http://example.com"));
+    }
+
+    #[test]
+    fn virtual_hosts() {
+        let hosts = LocalHosts {
+            bases: vec!["localhost".into(), "s3.test".into()],
+        };
+        let bucket = |h: &str| {
+            hosts
+                .parse_host_header(h)
+                .unwrap()
+                .bucket()
+                .map(String::from)
+        };
+        assert_eq!(
+            bucket("my-bucket.localhost:9000").as_deref(),
+            Some("my-bucket")
+        );
+        assert_eq!(bucket("a.b.s3.test").as_deref(), Some("a.b"));
+        assert_eq!(bucket("localhost:9000"), None);
+        assert_eq!(bucket("127.0.0.1:9000"), None);
+        assert_eq!(bucket("[::1]:9000"), None);
+        assert_eq!(bucket("example.com"), None);
     }
 
     #[test]
