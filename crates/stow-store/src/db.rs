@@ -3,13 +3,15 @@
 //! All metadata (buckets, object records, blob reference counts, multipart
 //! state, receipts, usage) lives in one SQLite database in WAL mode with
 //! `synchronous=FULL`, so a commit is durable when it returns. Writers do not
-//! commit one by one: each write is queued as a job, and whichever writer
-//! takes the connection first runs every queued job in one transaction (each
-//! in its own savepoint, so one job's refusal does not undo another's work)
-//! and pays for one fsync on behalf of all of them (group commit).
+//! commit one by one: each write is queued as a job; when no batch is
+//! running, the writer that finds the queue first becomes the leader and
+//! runs every queued job in one transaction (each in its own savepoint, so
+//! one job's refusal does not undo another's work), paying for one fsync on
+//! behalf of all of them (group commit). Writers that arrive meanwhile wait
+//! on a condition variable and form the next batch.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -67,10 +69,20 @@ struct Writer {
     unlinked: Vec<BlobId>,
 }
 
+/// Queued writes and whether a leader is running a batch.
+#[derive(Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    leader: bool,
+}
+
 /// The metadata database of one store.
 pub(crate) struct Db {
     writer: Mutex<Writer>,
-    queue: Mutex<Vec<Job>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a batch ends: its writers' results are ready, and
+    /// the next batch may start.
+    batch_done: Condvar,
     /// Read connections (disk only; the memory database has one connection).
     readers: Option<Mutex<Vec<Connection>>>,
     path: Option<std::path::PathBuf>,
@@ -104,7 +116,8 @@ impl Db {
                 conn,
                 unlinked: Vec::new(),
             }),
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
+            batch_done: Condvar::new(),
             readers: Some(Mutex::new(Vec::new())),
             path: Some(path.to_path_buf()),
             blobs,
@@ -120,7 +133,8 @@ impl Db {
                 conn,
                 unlinked: Vec::new(),
             }),
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
+            batch_done: Condvar::new(),
             readers: None,
             path: None,
             blobs,
@@ -181,17 +195,33 @@ impl Db {
                 *lock(&out) = Some(result);
             })
         });
-        lock(&self.queue).push(job);
-
-        let mut writer = lock(&self.writer);
-        if let Some(done) = lock(&slot).take() {
-            return done;
+        // Followers wait on the condition variable, not on the connection,
+        // so a finished batch releases all its writers at once and the jobs
+        // queued meanwhile go out together in the next batch.
+        let mut queue = lock(&self.queue);
+        queue.jobs.push(job);
+        loop {
+            if let Some(done) = lock(&slot).take() {
+                return done;
+            }
+            if queue.leader {
+                queue = self
+                    .batch_done
+                    .wait(queue)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            queue.leader = true;
+            let jobs = std::mem::take(&mut queue.jobs);
+            drop(queue);
+            {
+                // Hands leadership back even if the batch panics.
+                let _leading = Leading(self);
+                let mut writer = lock(&self.writer);
+                self.run_batch(&mut writer, jobs);
+            }
+            queue = lock(&self.queue);
         }
-        let jobs = std::mem::take(&mut *lock(&self.queue));
-        self.run_batch(&mut writer, jobs);
-        drop(writer);
-        let done = lock(&slot).take();
-        done.unwrap_or_else(|| Err(StoreError::Corrupt("write job was lost".into())))
     }
 
     fn run_batch(&self, writer: &mut Writer, jobs: Vec<Job>) {
@@ -242,6 +272,16 @@ impl Db {
         for finish in finishes {
             finish(commit.as_ref().map(|_| ()));
         }
+    }
+}
+
+/// Leadership of the write queue; dropping it lets the next batch start.
+struct Leading<'a>(&'a Db);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.queue).leader = false;
+        self.0.batch_done.notify_all();
     }
 }
 
