@@ -253,3 +253,27 @@ def test_virtual_host_presigned_get(s3server, s3):
     conn.request("GET", url.path + "?" + url.query, headers={"Host": url.netloc})
     resp = conn.getresponse()
     assert (resp.status, resp.read()) == (200, b"virtual")
+
+
+def test_edge_cases_of_the_conformance_corpus(s3server, s3):
+    s3.create_bucket(Bucket="edge")
+    s3.put_object(Bucket="edge", Key="d", Body=b"0123456789")
+    for rng in ["bytes=0-1,2-3", "bytes=--1", "bytes=5-4"]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket="edge", Key="d", Range=rng)
+        assert code_of(e)[1] in (400, 416), rng
+    # A checksum algorithm S3 does not define is refused, not ignored.
+    def add_sha512(request, **kwargs):
+        request.headers["x-amz-checksum-sha512"] = "AAAA"
+    s3.meta.events.register("before-sign.s3.PutObject", add_sha512)
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object(Bucket="edge", Key="sha512", Body=b"x")
+        assert code_of(e)[1] == 400
+    finally:
+        s3.meta.events.unregister("before-sign.s3.PutObject", add_sha512)
+    got = s3.get_object(Bucket="edge", Key="d")
+    assert len(got["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]) == 32
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.list_parts(Bucket="edge", Key="d", UploadId="nope", MaxParts=-1)
+    assert code_of(e)[1] in (400, 404)

@@ -210,6 +210,12 @@ fn xml_error(err: S3Error) -> Response<Body> {
     }
 }
 
+/// 32 hex characters identifying one request in logs and responses.
+fn request_id() -> String {
+    let n: u128 = rand::random();
+    format!("{n:032x}")
+}
+
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut resp = Response::new(Body::from(text.to_string()));
     *resp.status_mut() = status;
@@ -286,8 +292,25 @@ impl Handler {
 
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let origin = req.headers().get(header::ORIGIN).cloned();
-        let resp = self.route(req, peer).await;
+        let method = req.method().clone();
+        let admin = req.uri().path().starts_with("/_stow/");
+        let path = if admin {
+            req.uri().path().to_string()
+        } else {
+            "/s3".to_string()
+        };
+        let mut resp = self.route(req, peer).await;
+        let request_id = request_id();
+        if let Ok(v) = HeaderValue::from_str(&request_id) {
+            resp.headers_mut().insert("x-amz-request-id", v);
+        }
+        tracing::info!(
+            "{method} {path} {} {:.3}ms id={request_id}",
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         self.with_cors(origin.as_ref(), resp)
     }
 
@@ -337,6 +360,31 @@ impl Handler {
             return Some(xml_error(s3_error!(
                 NotImplemented,
                 "IAM and STS actions are not served by this S3 endpoint"
+            )));
+        }
+        // Checksum headers of algorithms S3 does not define must not be
+        // silently ignored: the caller expects them verified.
+        let unknown_checksum = req.headers().keys().any(|name| {
+            name.as_str()
+                .strip_prefix("x-amz-checksum-")
+                .is_some_and(|alg| {
+                    !matches!(
+                        alg,
+                        "crc32"
+                            | "crc32c"
+                            | "crc64nvme"
+                            | "sha1"
+                            | "sha256"
+                            | "mode"
+                            | "type"
+                            | "algorithm"
+                    )
+                })
+        });
+        if unknown_checksum {
+            return Some(xml_error(s3_error!(
+                InvalidRequest,
+                "Unsupported checksum header; use CRC32, CRC32C, CRC64NVME, SHA1 or SHA256"
             )));
         }
         let declared = ["x-amz-decoded-content-length", "content-length"]
