@@ -1,5 +1,6 @@
 # `make test` is the one command that checks everything CI checks.
 CARGO ?= cargo
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
 .PHONY: test fmt-check lint rust-test e2e-test fmt bench-store
 
@@ -18,7 +19,7 @@ rust-test:
 # clients are listed in tests/e2e/requirements.txt, installed by .ci/run).
 e2e-test:
 	$(CARGO) build --bin stow-s3
-	STOW_BIN=$(CURDIR)/target/debug/stow-s3 python3 -m pytest tests/e2e -q
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/e2e -q
 
 fmt:
 	$(CARGO) fmt --all
