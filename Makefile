@@ -19,7 +19,7 @@ rust-test:
 # clients are listed in tests/e2e/requirements.txt, installed by .ci/run).
 e2e-test:
 	$(CARGO) build --bin stow-s3
-	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/e2e -q
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/e2e -q -rs
 
 fmt:
 	$(CARGO) fmt --all

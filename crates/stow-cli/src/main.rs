@@ -3,6 +3,7 @@
 //! diagnostics go to stderr. Exit codes: 0 success, 1 refused or failed,
 //! 2 usage error.
 
+mod mcp;
 mod receipts;
 mod serve;
 
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Serve an S3-compatible endpoint (default: ./.stow on 127.0.0.1:9000).
     Serve(serve::ServeArgs),
+    /// Serve MCP over stdio for agent hosts (object profile: guarded saves of one bucket).
+    Mcp(mcp::McpArgs),
     /// Inspect and retire durable save receipts of an object store.
     #[command(subcommand)]
     Receipts(receipts::ReceiptsCommand),
@@ -60,6 +63,7 @@ pub fn rfc3339_ns(ns: i64) -> String {
 fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Check { data_dir } => {
             let store = stow_store::Store::open_existing(&data_dir, Default::default())?;

@@ -202,6 +202,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         let server = Server::bind(SocketAddr::new(args.host, args.port), config)
             .await
             .map_err(|e| refuse("address_in_use", format!("cannot listen on {}:{}: {e}", args.host, args.port)))?;
+        let shutdown = shutdown_signal()?;
         let bound = server.local_addr();
         let shown = if bound.ip().is_unspecified() {
             SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port())
@@ -244,24 +245,26 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
                 let _ = out.flush();
             }
         }
-        server.run(shutdown_signal(), Duration::from_secs(10)).await;
+        server.run(shutdown, Duration::from_secs(10)).await;
         tracing::info!("stopped; data directory released");
         Ok::<(), CliError>(())
     })?;
     Ok(serde_json::Value::Null)
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGINT/SIGTERM handlers now (before readiness is
+/// announced, so an early signal cannot kill the process outright) and
+/// returns a future that resolves on the first of them.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, CliError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| refuse("unavailable", format!("cannot handle SIGTERM: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| refuse("unavailable", format!("cannot handle SIGINT: {e}")))?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    })
 }

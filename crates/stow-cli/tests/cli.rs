@@ -13,6 +13,16 @@ fn stow(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(
@@ -42,10 +52,10 @@ fn seed_receipts(dir: &Path, n: usize) {
 #[test]
 fn version_and_help() {
     let out = stow(&["--version"]);
-    assert!(out.status.success());
+    ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("stow-s3 "));
     let out = stow(&["--help"]);
-    assert!(out.status.success());
+    ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("receipts"));
 }
 
@@ -73,7 +83,7 @@ fn receipts_list_and_retire() {
     let d = dir.to_str().unwrap();
 
     let out = stow(&["receipts", "list", "--data-dir", d, "--limit", "2"]);
-    assert!(out.status.success());
+    ok(&out);
     let v = json(&out);
     assert_eq!(v["retained"], 5);
     assert_eq!(v["truncated"], true);
@@ -104,7 +114,7 @@ fn receipts_list_and_retire() {
         "--request-key",
         "nope",
     ]);
-    assert!(out.status.success());
+    ok(&out);
     let v = json(&out);
     assert_eq!(
         (v["retired"].as_u64(), v["retained"].as_u64()),
@@ -153,7 +163,7 @@ fn check_reports_a_consistent_store() {
     let dir = tmp.path().join("objects");
     seed_receipts(&dir, 3);
     let out = stow(&["check", "--data-dir", dir.to_str().unwrap()]);
-    assert!(out.status.success());
+    ok(&out);
     let v = json(&out);
     assert_eq!(v["consistent"], true);
     assert_eq!(v["usage"]["objects"], 3);

@@ -86,6 +86,7 @@ pub(crate) struct Db {
     /// Read connections (disk only; the memory database has one connection).
     readers: Option<Mutex<Vec<Connection>>>,
     path: Option<std::path::PathBuf>,
+    cache_bytes: u64,
     blobs: Arc<BlobStore>,
 }
 
@@ -93,11 +94,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn configure(conn: &Connection) -> Result<()> {
-    conn.execute_batch(
+fn configure(conn: &Connection, cache_bytes: u64) -> Result<()> {
+    conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;
-         PRAGMA cache_size=-16384; PRAGMA temp_store=MEMORY;",
-    )?;
+         PRAGMA cache_size=-{}; PRAGMA temp_store=MEMORY;",
+        (cache_bytes / 1024).max(64)
+    ))?;
     Ok(())
 }
 
@@ -107,9 +109,9 @@ fn commit_error(e: &StoreError) -> StoreError {
 
 impl Db {
     /// Opens (creating if needed) the database file at `path`.
-    pub fn open(path: &Path, blobs: Arc<BlobStore>) -> Result<Self> {
+    pub fn open(path: &Path, blobs: Arc<BlobStore>, cache_bytes: u64) -> Result<Self> {
         let conn = Connection::open(path)?;
-        configure(&conn)?;
+        configure(&conn, cache_bytes)?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             writer: Mutex::new(Writer {
@@ -120,6 +122,7 @@ impl Db {
             batch_done: Condvar::new(),
             readers: Some(Mutex::new(Vec::new())),
             path: Some(path.to_path_buf()),
+            cache_bytes,
             blobs,
         })
     }
@@ -137,6 +140,7 @@ impl Db {
             batch_done: Condvar::new(),
             readers: None,
             path: None,
+            cache_bytes: 0,
             blobs,
         })
     }
@@ -154,7 +158,7 @@ impl Db {
                     path,
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                configure(&c)?;
+                configure(&c, self.cache_bytes)?;
                 c
             }
         };

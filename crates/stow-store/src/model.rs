@@ -195,6 +195,9 @@ pub struct StoreOptions {
     pub max_receipts: u64,
     pub max_receipt_bytes: u64,
     pub max_receipt_entry_bytes: u64,
+    /// SQLite page cache per database connection. Small caches cost little:
+    /// the operating system caches the file too.
+    pub db_cache_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -205,6 +208,7 @@ impl Default for StoreOptions {
             max_receipts: 1024,
             max_receipt_bytes: 8 << 20,
             max_receipt_entry_bytes: 64 << 10,
+            db_cache_bytes: 8 << 20,
         }
     }
 }

@@ -96,7 +96,7 @@ impl Store {
             }
         }
         let blobs = Arc::new(BlobStore::disk(dir)?);
-        let db = Db::open(&dir.join(DB_FILE), Arc::clone(&blobs))?;
+        let db = Db::open(&dir.join(DB_FILE), Arc::clone(&blobs), opts.db_cache_bytes)?;
         {
             let b = Arc::clone(&blobs);
             db.write(move |conn, _| b.recover(conn))?;
