@@ -1,2 +1,69 @@
-//! Benchmarks for stow-s3 (work in progress).
-fn main() {}
+//! stow-bench: benchmarks for stow-s3, each suite measured side by side
+//! with a peer doing the same work, alternating (A B A B …).
+//!
+//! ```text
+//! cargo run --release -p stow-bench -- store [--quick] [--json out.json] [--dir DIR]
+//! ```
+
+mod data;
+mod harness;
+mod machine;
+mod report;
+mod suites;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::harness::Result;
+use crate::suites::SuiteArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stow-bench",
+    version,
+    about = "Benchmarks for stow-s3, measured side by side with peers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    suite: Suite,
+}
+
+#[derive(Debug, Subcommand)]
+enum Suite {
+    /// stow-store against the raw filesystem (a file per object): durable
+    /// puts, gets, keyed saves, 64 MiB objects, copy, listing.
+    Store(SuiteArgs),
+    /// `stow-s3 mcp` over stdio against the same store operations in
+    /// process: cold start, p50/p99 read and save latency, server RSS.
+    Mcp(SuiteArgs),
+    /// Workspace checkpoints against cp -a + sync and git add+commit on a
+    /// generated 10,000-file tree: first/incremental checkpoint, restore,
+    /// disk growth.
+    Workspace(SuiteArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stow-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    let (report, args) = match &cli.suite {
+        Suite::Store(args) => (suites::store::run(args)?, args),
+        Suite::Mcp(args) => (suites::mcp::run(args)?, args),
+        Suite::Workspace(args) => (suites::workspace::run(args)?, args),
+    };
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
