@@ -141,26 +141,8 @@ impl BlobStore {
         match &**self {
             BlobStore::Disk { tmp, .. } => {
                 let path = tmp.join(id.file_name());
-                let mut file = File::create_new(&path)?;
-                file.write_all(&head)?;
-                drop(head);
-                let mut buf = vec![0u8; CHUNK];
-                let mut written = n as u64;
-                let mut flushed = 0u64;
-                loop {
-                    let got = read_full(reader, &mut buf)?;
-                    if got == 0 {
-                        break;
-                    }
-                    hasher.update(&buf[..got]);
-                    file.write_all(&buf[..got])?;
-                    written += got as u64;
-                    if written - flushed >= 8 * CHUNK as u64 {
-                        start_writeback(&file, flushed, written - flushed);
-                        flushed = written;
-                    }
-                }
-                file.sync_all()?;
+                let file = File::create_new(&path)?;
+                write_hashing(file, head, reader, &mut hasher)?;
                 sync_dir(tmp)?;
             }
             BlobStore::Memory { staged: map, .. } => {
@@ -393,6 +375,59 @@ impl Seek for BlobReader {
             BlobReader::Memory(c) => c.seek(pos),
         }
     }
+}
+
+/// Streams `head` and the rest of `reader` into `file` and fsyncs it,
+/// hashing on this thread while a second thread writes: the digest (MD5 for
+/// the ETag) and the disk work overlap instead of adding up.
+fn write_hashing(
+    mut file: File,
+    head: Vec<u8>,
+    reader: &mut dyn Read,
+    hasher: &mut BodyHasher,
+) -> io::Result<()> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<Vec<u8>>>(4);
+        let writer = scope.spawn(move || -> io::Result<()> {
+            let (mut written, mut flushed) = (0u64, 0u64);
+            for chunk in rx {
+                file.write_all(&chunk)?;
+                written += chunk.len() as u64;
+                if written - flushed >= 8 * CHUNK as u64 {
+                    start_writeback(&file, flushed, written - flushed);
+                    flushed = written;
+                }
+            }
+            file.sync_all()
+        });
+        // `head` is already hashed by the caller.
+        let feed = || -> io::Result<()> {
+            if tx.send(Arc::new(head)).is_err() {
+                return Ok(());
+            }
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                let got = read_full(reader, &mut buf)?;
+                if got == 0 {
+                    return Ok(());
+                }
+                buf.truncate(got);
+                let chunk = Arc::new(buf);
+                // The writer gets the chunk first; hashing it here overlaps
+                // with the write. A closed channel means the writer failed.
+                if tx.send(Arc::clone(&chunk)).is_err() {
+                    return Ok(());
+                }
+                hasher.update(&chunk);
+            }
+        };
+        let fed = feed();
+        drop(tx);
+        let wrote = writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("blob writer thread panicked")));
+        fed.and(wrote)
+    })
 }
 
 /// Reads until `buf` is full or the reader ends.
