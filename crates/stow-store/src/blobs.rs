@@ -90,12 +90,9 @@ impl BlobStore {
         let blobs = dir.join("blobs");
         let tmp = dir.join("tmp");
         fs::create_dir_all(&tmp)?;
-        for shard in 0..=0xffu32 {
-            let d = blobs.join(format!("{shard:02x}"));
-            if !d.is_dir() {
-                fs::create_dir_all(&d)?;
-            }
-        }
+        fs::create_dir_all(&blobs)?;
+        // Shard directories are made on first use: making all 256 up front
+        // costs a fresh store tens of milliseconds before it can answer.
         Ok(Self::Disk { blobs, tmp })
     }
 
@@ -170,7 +167,15 @@ impl BlobStore {
         match self {
             BlobStore::Disk { blobs, tmp } => {
                 let from = tmp.join(id.file_name());
-                if let Err(e) = fs::rename(&from, Self::final_path(blobs, id)) {
+                let to = Self::final_path(blobs, id);
+                let mut moved = fs::rename(&from, &to);
+                if matches!(&moved, Err(e) if e.kind() == io::ErrorKind::NotFound) && from.exists()
+                {
+                    // The shard directory does not exist yet.
+                    moved = fs::create_dir_all(blobs.join(id.shard()))
+                        .and_then(|()| fs::rename(&from, &to));
+                }
+                if let Err(e) = moved {
                     if e.kind() != io::ErrorKind::NotFound {
                         tracing::warn!("cannot move blob {} into place: {e}", id.file_name());
                     }
@@ -218,8 +223,10 @@ impl BlobStore {
             .map(|s| blobs.join(s))
             .chain(std::iter::once(tmp.clone()));
         for dir in dirs {
-            if let Err(e) = sync_dir(&dir) {
-                tracing::warn!("cannot sync {}: {e}", dir.display());
+            match sync_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("cannot sync {}: {e}", dir.display()),
             }
         }
     }

@@ -18,7 +18,9 @@ use rusqlite::{Connection, OpenFlags};
 use crate::blobs::{BlobId, BlobStore};
 use crate::error::{Result, StoreError};
 
+/// Applied in one transaction, so a fresh store costs one fsync here.
 const SCHEMA: &str = "
+BEGIN;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS usage (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -47,6 +49,7 @@ CREATE TABLE IF NOT EXISTS receipts (
     meaning BLOB NOT NULL, outcome TEXT NOT NULL, object TEXT,
     created_ns INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_blobs (id INTEGER PRIMARY KEY);
+COMMIT;
 ";
 
 /// File work that must follow a commit: staged blobs to move into place, and

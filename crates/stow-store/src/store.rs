@@ -48,25 +48,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn store_identity(db: &Db) -> Result<Vec<u8>> {
-    db.write(|conn, _| {
-        let id: Option<Vec<u8>> = conn
-            .query_row("SELECT value FROM meta WHERE name = 'store_id'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match id {
-            Some(id) => Ok(id),
-            None => {
-                let id = rand::random::<[u8; 16]>().to_vec();
-                conn.execute(
-                    "INSERT INTO meta (name, value) VALUES ('store_id', ?1)",
-                    [&id],
-                )?;
-                Ok(id)
-            }
+/// The store's persistent identity, created on first open.
+fn store_identity(conn: &rusqlite::Connection) -> Result<Vec<u8>> {
+    let id: Option<Vec<u8>> = conn
+        .query_row("SELECT value FROM meta WHERE name = 'store_id'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    match id {
+        Some(id) => Ok(id),
+        None => {
+            let id = rand::random::<[u8; 16]>().to_vec();
+            conn.execute(
+                "INSERT INTO meta (name, value) VALUES ('store_id', ?1)",
+                [&id],
+            )?;
+            Ok(id)
         }
-    })
+    }
 }
 
 impl Store {
@@ -97,11 +96,11 @@ impl Store {
         }
         let blobs = Arc::new(BlobStore::disk(dir)?);
         let db = Db::open(&dir.join(DB_FILE), Arc::clone(&blobs), opts.db_cache_bytes)?;
-        {
-            let b = Arc::clone(&blobs);
-            db.write(move |conn, _| b.recover(conn))?;
-        }
-        let store_id = store_identity(&db)?;
+        let b = Arc::clone(&blobs);
+        let store_id = db.write(move |conn, _| {
+            b.recover(conn)?;
+            store_identity(conn)
+        })?;
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
@@ -132,7 +131,7 @@ impl Store {
     pub fn memory(opts: StoreOptions) -> Result<Store> {
         let blobs = Arc::new(BlobStore::memory());
         let db = Db::memory(Arc::clone(&blobs))?;
-        let store_id = store_identity(&db)?;
+        let store_id = db.write(|conn, _| store_identity(conn))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
