@@ -143,11 +143,27 @@ def test_concurrency_cap_answers_slowdown(stow_bin, tmp_path):
         c = server.client()
         c.create_bucket(Bucket="busy")
         url = urllib.parse.urlparse(c.generate_presigned_url("put_object", Params={"Bucket": "busy", "Key": "slow"}))
+
+        def requests_seen():
+            with urllib.request.urlopen(server.endpoint + "/_stow/metrics") as resp:
+                line = [l for l in resp.read().decode().splitlines() if l.startswith("stow_requests_total ")]
+            return int(line[0].split()[1])
+
+        before = requests_seen()
         slow = http.client.HTTPConnection(url.netloc, timeout=30)
         slow.putrequest("PUT", url.path + "?" + url.query)
         slow.putheader("Content-Length", str(1 << 20))
         slow.endheaders()
         slow.send(b"x" * 1000)  # holds the only slot while the body trickles in
+        # Only once the server has taken the slow request may others race it
+        # for the slot. Each metrics call counts itself, so after k polls the
+        # counter reads before + k, plus one for the slow request.
+        polls = [0]
+
+        def slow_arrived():
+            polls[0] += 1
+            return requests_seen() >= before + polls[0] + 1
+        assert wait_until(slow_arrived, timeout=10)
 
         def busy():
             try:

@@ -6,6 +6,7 @@
 mod mcp;
 mod receipts;
 mod serve;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,9 @@ enum Command {
     /// Inspect and retire durable save receipts of an object store.
     #[command(subcommand)]
     Receipts(receipts::ReceiptsCommand),
+    /// Agent workspaces: prepare, checkpoints, diff, restore, handoff, registry.
+    #[command(subcommand)]
+    Workspace(workspace::WorkspaceCommand),
     /// Check an object store's consistency (usage, references, blob files).
     Check {
         /// The store's data directory.
@@ -54,6 +58,15 @@ impl From<stow_store::StoreError> for CliError {
     }
 }
 
+/// Prints the command's one JSON document: pretty (2-space indent) plus a
+/// newline, for people and parsers alike.
+pub fn print_json(value: &serde_json::Value) {
+    use std::io::Write as _;
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    // A closed pipe (`| head`) is the reader's choice, not a crash.
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with nanoseconds.
 pub fn rfc3339_ns(ns: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
@@ -65,6 +78,7 @@ fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
         Command::Serve(args) => serve::run(args),
         Command::Mcp(args) => mcp::run(args),
         Command::Receipts(cmd) => receipts::run(cmd),
+        Command::Workspace(cmd) => workspace::run(cmd),
         Command::Check { data_dir } => {
             let store = stow_store::Store::open_existing(&data_dir, Default::default())?;
             let problems = store.verify()?;
@@ -107,12 +121,12 @@ fn main() -> ExitCode {
         // `serve` reports readiness itself and prints nothing at exit.
         Ok(serde_json::Value::Null) => ExitCode::SUCCESS,
         Ok(value) => {
-            println!("{value}");
+            print_json(&value);
             ExitCode::SUCCESS
         }
         Err(err) => {
             eprintln!("stow-s3: {} ({})", err.message, err.code);
-            println!("{}", serde_json::json!({ "error": err }));
+            print_json(&serde_json::json!({ "error": err }));
             ExitCode::from(1)
         }
     }

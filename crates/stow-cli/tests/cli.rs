@@ -25,12 +25,11 @@ fn ok(out: &Output) {
 
 fn json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
-    assert_eq!(
-        text.lines().count(),
-        1,
-        "exactly one JSON document: {text:?}"
-    );
-    serde_json::from_str(&text).unwrap()
+    let mut docs = serde_json::Deserializer::from_str(&text).into_iter::<serde_json::Value>();
+    let doc = docs.next().expect("a JSON document").unwrap();
+    assert!(docs.next().is_none(), "exactly one JSON document: {text:?}");
+    assert!(text.ends_with("}\n"), "pretty JSON ends with a newline");
+    doc
 }
 
 fn seed_receipts(dir: &Path, n: usize) {

@@ -1,0 +1,331 @@
+//! `stow-s3 workspace …`: agent workspaces. Parses, calls `stow-workspace`,
+//! returns one JSON document; all behaviour lives in the library.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use stow_workspace::admin::{self, PolicyUpdate};
+use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::keyed::{keyed_capture, KeyedRequest};
+use stow_workspace::restore::{self, RestoreLimits};
+use stow_workspace::{Registry, WsError};
+
+use crate::CliError;
+
+impl From<WsError> for CliError {
+    fn from(e: WsError) -> Self {
+        CliError {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Registry selection shared by every registry-scoped verb.
+#[derive(Args, Clone, Default)]
+pub struct RegistryArgs {
+    /// Registry root (default: $XDG_CONFIG_HOME/stow-s3/workspaces).
+    #[arg(long)]
+    registry_dir: Option<PathBuf>,
+    /// Team partition (<registry-dir>/teams/<team>).
+    #[arg(long)]
+    team: Option<String>,
+}
+
+impl RegistryArgs {
+    fn open(&self) -> Result<Registry, WsError> {
+        Registry::resolve(self.registry_dir.as_deref(), self.team.as_deref())
+    }
+}
+
+#[derive(Subcommand)]
+pub enum WorkspaceCommand {
+    /// Create a workspace from a version-1 task manifest.
+    Prepare {
+        /// The task manifest (JSON).
+        #[arg(long)]
+        manifest: PathBuf,
+    },
+    /// List the workspaces of a registry partition.
+    List {
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Take ownership of a workspace (by ID, or from a handoff document).
+    Resume {
+        /// Workspace ID.
+        #[arg(long)]
+        id: Option<String>,
+        /// A handoff document (not both with --id, --registry-dir or --team).
+        #[arg(long)]
+        handoff: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Write a same-machine handoff document (version 1).
+    Handoff {
+        #[arg(long)]
+        id: String,
+        /// A checkpoint to name alongside the workspace.
+        #[arg(long)]
+        checkpoint_id: Option<String>,
+        /// Write the document here (mode 0600) and print nothing.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Capture the workspace's files into an immutable checkpoint.
+    Checkpoint {
+        #[arg(long)]
+        id: String,
+        /// Parent checkpoint to record.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Per-capture byte cap (0 = none).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// Per-capture file cap (0 = none).
+        #[arg(long, default_value_t = 0)]
+        max_files: u64,
+        /// Capture sensitive-looking paths too.
+        #[arg(long)]
+        include_sensitive: bool,
+        /// Portable (v2): capture the workspace bucket's objects and buckets too.
+        #[arg(long)]
+        portable: bool,
+        /// Keyed capture: a caller-persisted request key (replays, never repeats).
+        #[arg(long)]
+        request_key: Option<String>,
+        /// Only resolve the request key's outcome; never capture.
+        #[arg(long)]
+        resolve: bool,
+        /// Deadline of a keyed capture (e.g. 30s); required with a key.
+        #[arg(long)]
+        timeout: Option<String>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Compare two checkpoints.
+    Diff {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Restore a checkpoint into a new root as a new workspace.
+    Restore {
+        #[arg(long)]
+        checkpoint_id: String,
+        /// The new root (must not exist; its parent must).
+        #[arg(long)]
+        root: PathBuf,
+        /// Narrow the byte limit (default: sized by the checkpoint).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// Narrow the file limit (default: sized by the checkpoint).
+        #[arg(long, default_value_t = 0)]
+        max_files: u64,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Delete a checkpoint (refused while another names it as parent).
+    CheckpointDelete {
+        #[arg(long)]
+        checkpoint_id: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Destroy an owned, idle workspace with its checkpoints.
+    Destroy {
+        #[arg(long)]
+        id: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Destroy expired workspaces (TTL) of a partition.
+    Collect {
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Forget records whose directory is gone.
+    Prune {
+        /// Also forget adopted workspaces whose directory is gone.
+        #[arg(long)]
+        include_adopted: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Show or set the standing registry policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Show the policy and current usage.
+    Show {
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Set bounds (0 = unlimited); refused if usage already exceeds them.
+    Set {
+        #[arg(long)]
+        max_workspaces: Option<u64>,
+        #[arg(long)]
+        max_checkpoints: Option<u64>,
+        #[arg(long)]
+        max_checkpoint_bytes: Option<u64>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+}
+
+fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliError> {
+    serde_json::to_value(v).map_err(|e| CliError {
+        code: "internal".into(),
+        message: format!("encode result: {e}"),
+    })
+}
+
+/// The keyed form prints its envelope even when it carries an error, and
+/// then exits 1 (the envelope, not `{"error"}`, is the one JSON document).
+fn keyed(registry: &Registry, req: KeyedRequest) -> Result<serde_json::Value, CliError> {
+    let env = keyed_capture(registry, &req);
+    match &env.error {
+        None => json(env),
+        Some(err) => {
+            eprintln!("stow-s3: {} ({})", err.message, err.code);
+            crate::print_json(&json(&env)?);
+            std::process::exit(1);
+        }
+    }
+}
+
+pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
+    use WorkspaceCommand as C;
+    match cmd {
+        C::Prepare { manifest } => json(stow_workspace::prepare(&manifest)?),
+        C::List { registry } => json(admin::list(&registry.open()?)?),
+        C::Resume {
+            id,
+            handoff,
+            registry,
+        } => match (id, handoff) {
+            (None, Some(doc)) if registry.registry_dir.is_none() && registry.team.is_none() => {
+                json(admin::resume_handoff(&doc)?)
+            }
+            (_, Some(_)) => Err(CliError {
+                code: "invalid_request".into(),
+                message: "use --handoff or --id/--registry-dir/--team, not both".into(),
+            }),
+            (Some(id), None) => json(admin::resume(&registry.open()?, &id, None, true)?),
+            (None, None) => Err(CliError {
+                code: "invalid_request".into(),
+                message: "resume needs --id or --handoff".into(),
+            }),
+        },
+        C::Handoff {
+            id,
+            checkpoint_id,
+            output,
+            registry,
+        } => {
+            let doc = admin::handoff(
+                &registry.open()?,
+                &id,
+                checkpoint_id.as_deref(),
+                output.as_deref(),
+            )?;
+            // With --output the document is the file; stdout stays empty.
+            if output.is_some() {
+                Ok(serde_json::Value::Null)
+            } else {
+                json(doc)
+            }
+        }
+        C::Checkpoint {
+            id,
+            parent,
+            max_bytes,
+            max_files,
+            include_sensitive,
+            portable,
+            request_key,
+            resolve,
+            timeout,
+            registry,
+        } => {
+            if request_key.is_some() || resolve {
+                return keyed(
+                    &registry.open()?,
+                    KeyedRequest {
+                        workspace_id: &id,
+                        request_key: request_key.as_deref().unwrap_or(""),
+                        resolve,
+                        timeout: timeout
+                            .as_deref()
+                            .and_then(|t| humantime::parse_duration(t).ok())
+                            .unwrap_or_default(),
+                        parent,
+                        max_bytes,
+                        max_files,
+                        include_sensitive,
+                        portable,
+                    },
+                );
+            }
+            let opts = CaptureOptions {
+                parent,
+                max_bytes,
+                max_files,
+                include_sensitive,
+                portable,
+                after_copy: None,
+            };
+            json(checkpoint::capture(&registry.open()?, &id, &opts)?)
+        }
+        C::Diff { from, to, registry } => json(checkpoint::diff(&registry.open()?, &from, &to)?),
+        C::Restore {
+            checkpoint_id,
+            root,
+            max_bytes,
+            max_files,
+            registry,
+        } => json(restore::restore(
+            &registry.open()?,
+            &checkpoint_id,
+            &root,
+            RestoreLimits {
+                max_bytes,
+                max_files,
+            },
+        )?),
+        C::CheckpointDelete {
+            checkpoint_id,
+            registry,
+        } => json(checkpoint::delete(&registry.open()?, &checkpoint_id)?),
+        C::Destroy { id, registry } => json(admin::destroy(&registry.open()?, &id)?),
+        C::Collect { registry } => json(admin::collect(&registry.open()?)?),
+        C::Prune {
+            include_adopted,
+            registry,
+        } => json(admin::prune(&registry.open()?, include_adopted)?),
+        C::Policy(PolicyCommand::Show { registry }) => json(admin::policy_show(&registry.open()?)?),
+        C::Policy(PolicyCommand::Set {
+            max_workspaces,
+            max_checkpoints,
+            max_checkpoint_bytes,
+            registry,
+        }) => json(admin::policy_set(
+            &registry.open()?,
+            PolicyUpdate {
+                max_workspaces,
+                max_checkpoints,
+                max_checkpoint_bytes,
+            },
+        )?),
+    }
+}

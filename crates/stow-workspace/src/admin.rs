@@ -1,0 +1,549 @@
+//! Registry verbs: list, destroy, collect, prune, policy, resume, handoff.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, WsError};
+use crate::fsutil::{atomic_write, format_secs, now_rfc3339, now_secs, parse_time};
+use crate::prepare::{
+    capabilities, claim_session, is_live, read_identity, RegistryBound, WorkspaceResult,
+};
+use crate::registry::{authority_names, min_bound, Policy, Record, Registry, POLICY_VERSION};
+
+/// One row of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListEntry {
+    pub id: String,
+    pub dir: PathBuf,
+    pub bucket: String,
+    pub created: String,
+    pub last_used: String,
+    pub age_seconds: i64,
+    pub idle_seconds: i64,
+    pub ttl_seconds: u64,
+    pub expires_in_seconds: i64,
+    pub has_ttl: bool,
+    pub owned: bool,
+    pub readable: bool,
+}
+
+/// The result of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListResult {
+    pub version: u32,
+    pub registry_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    pub count: usize,
+    pub results: Vec<ListEntry>,
+}
+
+/// Lists every record of the partition, most idle first. Read-only.
+pub fn list(registry: &Registry) -> Result<ListResult> {
+    let now = now_secs();
+    let mut results: Vec<ListEntry> = registry
+        .records()?
+        .into_iter()
+        .map(|r| {
+            let created = parse_time(&r.created).unwrap_or(now);
+            let last = parse_time(&r.last_used).unwrap_or(created);
+            let idle = now - last;
+            ListEntry {
+                readable: r.dir.is_dir(),
+                id: r.id,
+                dir: r.dir,
+                bucket: r.bucket,
+                created: format_secs(created),
+                last_used: format_secs(last),
+                age_seconds: now - created,
+                idle_seconds: idle,
+                ttl_seconds: r.ttl_seconds,
+                expires_in_seconds: if r.ttl_seconds > 0 {
+                    r.ttl_seconds as i64 - idle
+                } else {
+                    0
+                },
+                has_ttl: r.ttl_seconds > 0,
+                owned: r.owned,
+            }
+        })
+        .collect();
+    // Records come in ID order; a stable sort keeps it among equals.
+    results.sort_by_key(|r| std::cmp::Reverse(r.idle_seconds));
+    Ok(ListResult {
+        version: 1,
+        registry_dir: registry.dir().to_path_buf(),
+        team: registry.team().map(str::to_string),
+        count: results.len(),
+        results,
+    })
+}
+
+/// The result of `destroy`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DestroyResult {
+    pub version: u32,
+    pub workspace_id: String,
+    pub destroyed: bool,
+}
+
+fn canonical(p: &Path) -> Option<PathBuf> {
+    fs::canonicalize(p).ok()
+}
+
+/// Refuses roots that must never be deleted: the user's home, the process's
+/// current directory, or an ancestor of either.
+fn check_deletable(root: &Path) -> Result<()> {
+    let Some(root_c) = canonical(root) else {
+        return Ok(());
+    };
+    let mut guarded = Vec::new();
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        guarded.extend(canonical(Path::new(&home)));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        guarded.extend(canonical(&cwd));
+    }
+    for g in guarded {
+        if g.starts_with(&root_c) {
+            return Err(WsError::Refused(format!(
+                "{} is the home or current directory, or an ancestor of one",
+                root.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Why a record may not be destroyed now, or `None` when it may. Caller
+/// holds the registry lock.
+fn destroy_blocker(rec: &Record) -> Result<Option<String>> {
+    if !rec.owned {
+        return Ok(Some(format!(
+            "workspace {} was adopted, not created by stow; remove {} yourself",
+            rec.id,
+            rec.dir.display()
+        )));
+    }
+    if is_live(&rec.dir)? {
+        return Ok(Some(format!(
+            "workspace {} is in use by a live session",
+            rec.id
+        )));
+    }
+    Ok(None)
+}
+
+fn remove_owned(registry: &Registry, rec: &Record) -> Result<()> {
+    check_deletable(&rec.dir)?;
+    if rec.dir.exists() {
+        let ident = read_identity(&rec.dir)?;
+        if ident.workspace_id != rec.id {
+            return Err(WsError::Refused(format!(
+                "{} belongs to workspace {}, not {}",
+                rec.dir.display(),
+                ident.workspace_id,
+                rec.id
+            )));
+        }
+        fs::remove_dir_all(&rec.dir).map_err(|e| WsError::io_at("remove", &rec.dir, e))?;
+    }
+    crate::checkpoint::delete_workspace_checkpoints(registry, &rec.id)?;
+    registry.remove(&rec.id)
+}
+
+/// Destroys an owned, idle workspace: its directory, its checkpoints and its
+/// record.
+pub fn destroy(registry: &Registry, id: &str) -> Result<DestroyResult> {
+    let _lock = registry.lock()?;
+    let rec = registry.get(id)?;
+    if let Some(reason) = destroy_blocker(&rec)? {
+        return Err(if reason.contains("live session") {
+            WsError::InUse(rec.id.clone())
+        } else {
+            WsError::Refused(reason)
+        });
+    }
+    remove_owned(registry, &rec)?;
+    Ok(DestroyResult {
+        version: 1,
+        workspace_id: id.to_string(),
+        destroyed: true,
+    })
+}
+
+/// One row of `collect` and `prune`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepEntry {
+    pub id: String,
+    pub dir: PathBuf,
+    pub removed: bool,
+    pub reason: String,
+}
+
+/// The result of `collect`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CollectResult {
+    pub version: u32,
+    pub results: Vec<SweepEntry>,
+}
+
+/// Destroys expired workspaces: never a live, adopted, TTL-less or unexpired
+/// one.
+pub fn collect(registry: &Registry) -> Result<CollectResult> {
+    let mut results = Vec::new();
+    if !registry.dir().exists() {
+        return Ok(CollectResult {
+            version: 1,
+            results,
+        });
+    }
+    let _lock = registry.lock()?;
+    let now = now_secs();
+    for rec in registry.records()? {
+        let reason = match classify(&rec, now) {
+            Ok(r) => r,
+            Err(e) => format!("unreadable: {e}"),
+        };
+        let mut removed = false;
+        let reason = if reason == "expired" {
+            match remove_owned(registry, &rec) {
+                Ok(()) => {
+                    removed = true;
+                    reason
+                }
+                Err(e) => format!("unreadable: {e}"),
+            }
+        } else {
+            reason
+        };
+        results.push(SweepEntry {
+            id: rec.id,
+            dir: rec.dir,
+            removed,
+            reason,
+        });
+    }
+    Ok(CollectResult {
+        version: 1,
+        results,
+    })
+}
+
+fn classify(rec: &Record, now: i64) -> Result<String> {
+    if is_live(&rec.dir)? {
+        return Ok("in-use".into());
+    }
+    if !rec.owned {
+        return Ok("adopted".into());
+    }
+    if rec.ttl_seconds == 0 {
+        return Ok("no-ttl".into());
+    }
+    let last = parse_time(&rec.last_used).unwrap_or(0);
+    if now - last < rec.ttl_seconds as i64 {
+        return Ok("not-expired".into());
+    }
+    Ok("expired".into())
+}
+
+/// The result of `prune`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneResult {
+    pub version: u32,
+    pub count: usize,
+    pub removed: usize,
+    pub results: Vec<SweepEntry>,
+}
+
+/// Forgets records whose directory is gone (never deletes user data);
+/// adopted records are kept unless `include_adopted`.
+pub fn prune(registry: &Registry, include_adopted: bool) -> Result<PruneResult> {
+    let mut results = Vec::new();
+    if !registry.dir().exists() {
+        return Ok(PruneResult {
+            version: 1,
+            count: 0,
+            removed: 0,
+            results,
+        });
+    }
+    let _lock = registry.lock()?;
+    for rec in registry.records()? {
+        let (removed, reason) = match fs::symlink_metadata(&rec.dir) {
+            Ok(_) => (false, "present".to_string()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                (false, format!("unreadable: {e}"))
+            }
+            Err(_) if !rec.owned && !include_adopted => (false, "gone-adopted".to_string()),
+            Err(_) => {
+                let forgot = crate::checkpoint::delete_workspace_checkpoints(registry, &rec.id)
+                    .and_then(|()| registry.remove(&rec.id));
+                match forgot {
+                    Ok(()) if rec.owned => (true, "pruned".to_string()),
+                    Ok(()) => (true, "pruned-adopted".to_string()),
+                    Err(e) => (false, format!("unreadable: {e}")),
+                }
+            }
+        };
+        results.push(SweepEntry {
+            id: rec.id,
+            dir: rec.dir,
+            removed,
+            reason,
+        });
+    }
+    Ok(PruneResult {
+        version: 1,
+        count: results.len(),
+        removed: results.iter().filter(|r| r.removed).count(),
+        results,
+    })
+}
+
+/// The result of `policy show|set`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyResult {
+    pub version: u32,
+    pub registry_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    pub policy: Policy,
+    pub usage: PolicyUsage,
+}
+
+/// Current usage the policy bounds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PolicyUsage {
+    pub workspaces: u64,
+    pub checkpoints: u64,
+    pub checkpoint_bytes: u64,
+}
+
+fn usage(registry: &Registry) -> Result<PolicyUsage> {
+    let (checkpoints, checkpoint_bytes) = crate::checkpoint::registry_usage(registry)?;
+    Ok(PolicyUsage {
+        workspaces: registry.count()?,
+        checkpoints,
+        checkpoint_bytes,
+    })
+}
+
+/// Shows the standing policy and current usage.
+pub fn policy_show(registry: &Registry) -> Result<PolicyResult> {
+    Ok(PolicyResult {
+        version: 1,
+        registry_dir: registry.dir().to_path_buf(),
+        team: registry.team().map(str::to_string),
+        policy: registry.policy()?,
+        usage: usage(registry)?,
+    })
+}
+
+/// Changes of a `policy set`; `None` keeps the current value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PolicyUpdate {
+    pub max_workspaces: Option<u64>,
+    pub max_checkpoints: Option<u64>,
+    pub max_checkpoint_bytes: Option<u64>,
+}
+
+/// Sets the standing policy, refusing one current usage already exceeds.
+pub fn policy_set(registry: &Registry, update: PolicyUpdate) -> Result<PolicyResult> {
+    let _lock = registry.lock()?;
+    let mut p = registry.policy()?;
+    p.version = 1;
+    if let Some(v) = update.max_workspaces {
+        p.max_workspaces = v;
+    }
+    if let Some(v) = update.max_checkpoints {
+        p.max_checkpoints = v;
+    }
+    if let Some(v) = update.max_checkpoint_bytes {
+        p.max_checkpoint_bytes = v;
+    }
+    let u = usage(registry)?;
+    let over = |limit: u64, have: u64| limit > 0 && have > limit;
+    if over(p.max_workspaces, u.workspaces)
+        || over(p.max_checkpoints, u.checkpoints)
+        || over(p.max_checkpoint_bytes, u.checkpoint_bytes)
+    {
+        return Err(WsError::CapacityExceeded(format!(
+            "current usage ({} workspaces, {} checkpoints, {} checkpoint bytes) already exceeds the requested policy",
+            u.workspaces, u.checkpoints, u.checkpoint_bytes
+        )));
+    }
+    registry.put_policy(&p)?;
+    Ok(PolicyResult {
+        version: 1,
+        registry_dir: registry.dir().to_path_buf(),
+        team: registry.team().map(str::to_string),
+        policy: p,
+        usage: u,
+    })
+}
+
+/// A handoff document (version 1 local; version 2 carries an archive).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffDocument {
+    pub version: u32,
+    pub workspace_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<serde_json::Value>,
+}
+
+/// Largest handoff document read.
+const MAX_HANDOFF_BYTES: u64 = 1 << 20;
+
+impl HandoffDocument {
+    /// Reads and strictly decodes a handoff document.
+    pub fn load(path: &Path) -> Result<HandoffDocument> {
+        let meta = fs::metadata(path).map_err(|e| WsError::io_at("read handoff", path, e))?;
+        if !meta.is_file() || meta.len() > MAX_HANDOFF_BYTES {
+            return Err(WsError::InvalidRequest(format!(
+                "{} must be a regular file of at most 1 MiB",
+                path.display()
+            )));
+        }
+        let bytes = fs::read(path).map_err(|e| WsError::io_at("read handoff", path, e))?;
+        let doc: HandoffDocument = serde_json::from_slice(&bytes)
+            .map_err(|e| WsError::InvalidRequest(format!("invalid handoff document: {e}")))?;
+        if doc.version != 1 && doc.version != 2 {
+            return Err(WsError::InvalidRequest(format!(
+                "unsupported handoff version {} (supported: 1, 2)",
+                doc.version
+            )));
+        }
+        crate::paths::check_workspace_id(&doc.workspace_id)?;
+        Ok(doc)
+    }
+}
+
+/// Writes a same-machine (version 1) handoff document for a workspace,
+/// without claiming it. Returns the document.
+pub fn handoff(
+    registry: &Registry,
+    id: &str,
+    checkpoint_id: Option<&str>,
+    output: Option<&Path>,
+) -> Result<HandoffDocument> {
+    let rec = registry.get(id)?;
+    if let Some(cp) = checkpoint_id {
+        crate::checkpoint::check_belongs(registry, cp, &rec.id)?;
+    }
+    let doc = HandoffDocument {
+        version: 1,
+        workspace_id: rec.id,
+        checkpoint_id: checkpoint_id.map(str::to_string),
+        registry_dir: Some(registry.dir().to_path_buf()),
+        team: registry.team().map(str::to_string),
+        archive: None,
+    };
+    if let Some(out) = output {
+        if fs::symlink_metadata(out).is_ok() {
+            return Err(WsError::InvalidRequest(format!(
+                "{} already exists",
+                out.display()
+            )));
+        }
+        let mut bytes = serde_json::to_vec_pretty(&doc)
+            .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))?;
+        bytes.push(b'\n');
+        let out = crate::fsutil::absolute(out)?;
+        atomic_write(&out, &bytes, 0o600)?;
+    }
+    Ok(doc)
+}
+
+/// Resumes a workspace: refuses while a live owner holds it, validates the
+/// working directory, refreshes `last_used` (never `created`).
+pub fn resume(
+    registry: &Registry,
+    id: &str,
+    checkpoint_id: Option<&str>,
+    report_team: bool,
+) -> Result<WorkspaceResult> {
+    let _lock = registry.lock()?;
+    let mut rec = registry.get(id)?;
+    if rec.policy_version != POLICY_VERSION {
+        return Err(WsError::Refused(format!(
+            "workspace {id} was registered under an older policy; reopen it explicitly or recreate it"
+        )));
+    }
+    if let Some(cp) = checkpoint_id {
+        crate::checkpoint::check_belongs(registry, cp, &rec.id).map_err(|_| {
+            WsError::InvalidRequest("handoff checkpoint belongs to a different workspace".into())
+        })?;
+    }
+    let _session = claim_session(&rec.dir, id)?;
+    let ident = read_identity(&rec.dir)?;
+    if ident.workspace_id != rec.id {
+        return Err(WsError::Refused(format!(
+            "{} belongs to workspace {}",
+            rec.dir.display(),
+            ident.workspace_id
+        )));
+    }
+    let root_c = fs::canonicalize(&rec.dir).map_err(|e| WsError::io_at("resolve", &rec.dir, e))?;
+    let wd = rec
+        .working_directory
+        .clone()
+        .unwrap_or_else(|| rec.dir.clone());
+    let wd_ok = fs::canonicalize(&wd)
+        .map(|w| w.starts_with(&root_c) && w.is_dir())
+        .unwrap_or(false);
+    if !wd_ok {
+        return Err(WsError::Refused(format!(
+            "working directory {} is missing or outside the workspace",
+            wd.display()
+        )));
+    }
+    rec.last_used = now_rfc3339();
+    registry.put(&rec)?;
+    let bound = min_bound(0, registry.policy()?.max_workspaces);
+    let count = registry.count()?;
+    Ok(WorkspaceResult {
+        version: 1,
+        workspace_id: rec.id.clone(),
+        root: rec.dir.clone(),
+        working_directory: wd,
+        bucket: rec.bucket.clone(),
+        registry_dir: Some(registry.dir().to_path_buf()),
+        team: if report_team {
+            registry.team().map(str::to_string)
+        } else {
+            None
+        },
+        seeded_bytes: 0,
+        seeded_objects: 0,
+        base_identity: crate::tree::base_identity(&rec.dir)?,
+        repositories: Vec::new(),
+        checkpoint_id: checkpoint_id.map(str::to_string),
+        capabilities: capabilities(&rec, RegistryBound::new(bound, count)),
+        authority: authority_names(rec.authority_mask),
+    })
+}
+
+/// Resumes from a handoff document: the registry comes from the document.
+pub fn resume_handoff(path: &Path) -> Result<WorkspaceResult> {
+    let doc = HandoffDocument::load(path)?;
+    let dir = doc.registry_dir.clone().ok_or_else(|| {
+        WsError::InvalidRequest("the handoff document has no registry_dir".into())
+    })?;
+    let registry = Registry::at(&dir, doc.team.as_deref())?;
+    resume(
+        &registry,
+        &doc.workspace_id,
+        doc.checkpoint_id.as_deref(),
+        false,
+    )
+}

@@ -1,0 +1,1496 @@
+//! Content-addressed checkpoints (D3).
+//!
+//! Layout inside a registry partition `R`:
+//!
+//! ```text
+//! R/.stow/blobs/<xx>/<sha256>          immutable payloads, stored once
+//! R/.stow/checkpoints/<cp_id>/         one published checkpoint:
+//!     manifest.json                      files (path, size, mode, sha256), exclusions
+//!     summary.json                       id, workspace, parent, created, files, bytes
+//! R/.stow/checkpoints/.stage-*         a capture being assembled (ignored)
+//! R/.stow/checkpoints/.deleted-*       a checkpoint being removed (ignored)
+//! R/.stow/tmp/                         blobs being written
+//! R/.stow/statcache/<ws>.json          per-workspace stat cache
+//! R/.stow/capture-locks/<ws>.lock      per-workspace capture lock
+//! ```
+//!
+//! Crash rules: a blob reaches its final name only after its bytes are
+//! durable (`syncfs`), and a checkpoint directory is renamed into place only
+//! after every blob it names is durable, so a published checkpoint never
+//! names a missing or torn blob. Garbage collection runs under the registry
+//! lock (which every capture also holds) and deletes only blobs no published
+//! manifest names; it refuses to run when any manifest is unreadable.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, WsError};
+use crate::fsutil::{create_private_dir, fsync_dir, hex, now_rfc3339, random_hex, FileLock};
+use crate::paths::{check_checkpoint_id, check_checkpoint_path, is_sensitive};
+use crate::registry::{min_bound, Registry};
+use crate::tree::{excluded, sorted_entries};
+
+/// One captured file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub sha256: String,
+}
+
+/// An immutable version-1 checkpoint manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointManifest {
+    pub version: u32,
+    pub id: String,
+    pub workspace_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    pub created: String,
+    pub files: Vec<FileEntry>,
+    #[serde(default)]
+    pub excluded: Vec<String>,
+    /// v2: the workspace's primary bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_bucket: Option<String>,
+    /// v2: every bucket, including empty ones and the primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<String>,
+    /// v2: objects held outside the file view (non-portable keys, other buckets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectEntry>,
+}
+
+/// One captured object of a portable (v2) checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectEntry {
+    pub bucket: String,
+    pub key: String,
+    pub size: u64,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The small per-checkpoint record used for accounting and lookups, so they
+/// never parse full manifests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub version: u32,
+    pub id: String,
+    pub workspace_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    pub created: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The result of a plain capture.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointResult {
+    pub version: u32,
+    pub checkpoint_id: String,
+    pub workspace_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_checkpoint_id: Option<String>,
+    pub created: String,
+    /// Captured files.
+    pub files: u64,
+    /// Logical captured bytes (what retention counts).
+    pub bytes: u64,
+    /// Bytes newly stored by this capture (physical growth of the blob store).
+    pub stored_bytes: u64,
+    /// Portable (v2) captures: objects outside the file view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub excluded_sensitive_paths: Vec<String>,
+}
+
+/// Options of a capture.
+#[derive(Default)]
+pub struct CaptureOptions<'a> {
+    /// Parent checkpoint to record (must belong to the same workspace).
+    pub parent: Option<String>,
+    /// Per-capture byte cap (0 = none).
+    pub max_bytes: u64,
+    /// Per-capture file cap (0 = none).
+    pub max_files: u64,
+    /// Capture sensitive-looking paths instead of excluding them.
+    pub include_sensitive: bool,
+    /// Portable (v2): capture the workspace bucket's objects and buckets too.
+    pub portable: bool,
+    /// Test hook run after payloads are copied and before the re-scan.
+    #[doc(hidden)]
+    pub after_copy: Option<&'a (dyn Fn() + Sync)>,
+}
+
+fn state(registry: &Registry) -> PathBuf {
+    registry.state_dir()
+}
+
+fn checkpoints_dir(registry: &Registry) -> PathBuf {
+    state(registry).join("checkpoints")
+}
+
+/// Whether `d` is 64 lowercase hex digits (a SHA-256 as we store it).
+fn valid_sha(d: &str) -> bool {
+    d.len() == 64
+        && d.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Callers pass only validated digests (manifests and caches are checked
+/// on load).
+fn blob_path(registry: &Registry, sha: &str) -> PathBuf {
+    state(registry)
+        .join("blobs")
+        .join(sha.get(..2).unwrap_or("00"))
+        .join(sha)
+}
+
+/// One scanned file with the stat fields the cache keys on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Scanned {
+    path: String,
+    size: u64,
+    mode: u32,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Scan {
+    files: Vec<Scanned>,
+    excluded: Vec<String>,
+}
+
+fn scan(root: &Path, include_sensitive: bool) -> Result<Scan> {
+    let mut out = Scan::default();
+    scan_dir(root, "", 0, include_sensitive, &mut out)?;
+    out.files.sort_by(|a, b| a.path.cmp(&b.path));
+    out.excluded.sort();
+    Ok(out)
+}
+
+fn scan_dir(dir: &Path, rel: &str, depth: usize, sens: bool, out: &mut Scan) -> Result<()> {
+    for entry in sorted_entries(dir)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if excluded(depth, &name) {
+            continue;
+        }
+        let child = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let path = entry.path();
+        // DirEntry::metadata does not follow symlinks and stats relative to
+        // the open directory, cheaper than resolving the full path again.
+        let meta = entry
+            .metadata()
+            .map_err(|e| WsError::io_at("stat", &path, e))?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            if !sens && is_sensitive(&format!("{child}/")) {
+                out.excluded.push(format!("{child}/"));
+                continue;
+            }
+            scan_dir(&path, &child, depth + 1, sens, out)?;
+        } else if ft.is_file() {
+            if !sens && is_sensitive(&child) {
+                out.excluded.push(child);
+                continue;
+            }
+            check_checkpoint_path(&child)?;
+            out.files.push(Scanned {
+                path: child,
+                size: meta.len(),
+                mode: meta.permissions().mode() & 0o777,
+                mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+                ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+                ino: meta.ino(),
+            });
+        } else {
+            return Err(WsError::InvalidInput {
+                path,
+                reason: "symbolic links and special files cannot be captured".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The per-workspace stat cache.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StatCache {
+    /// When the scan that produced the entries started; an entry whose mtime
+    /// is not older than this is "racily clean" (git's rule) and re-hashed.
+    scan_start_ns: i64,
+    entries: BTreeMap<String, CacheEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CacheEntry {
+    size: u64,
+    mode: u32,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+    sha256: String,
+}
+
+fn cache_path(registry: &Registry, ws: &str) -> PathBuf {
+    state(registry).join("statcache").join(format!("{ws}.json"))
+}
+
+fn load_cache(registry: &Registry, ws: &str) -> StatCache {
+    // A missing or unreadable cache only costs re-hashing.
+    fs::read(cache_path(registry, ws))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Every published summary in the partition, in ID order.
+pub fn summaries(registry: &Registry) -> Result<Vec<Summary>> {
+    let dir = checkpoints_dir(registry);
+    let rd = match fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(WsError::io_at("read checkpoints", &dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| WsError::io_at("read checkpoints", &dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        out.push(load_summary(registry, &name)?);
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+fn load_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let bytes = fs::read(path).map_err(|e| WsError::io_at("read", path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| WsError::Corrupt(format!("{}: {e}", path.display())))
+}
+
+fn load_summary(registry: &Registry, id: &str) -> Result<Summary> {
+    let s: Summary = load_json(&checkpoints_dir(registry).join(id).join("summary.json"))?;
+    if s.id != id {
+        return Err(WsError::Corrupt(format!(
+            "checkpoint {id} names itself {}",
+            s.id
+        )));
+    }
+    Ok(s)
+}
+
+/// Loads a published checkpoint manifest.
+pub fn load_manifest(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
+    check_checkpoint_id(id)?;
+    let dir = checkpoints_dir(registry).join(id);
+    if !dir.is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {id}")));
+    }
+    let m: CheckpointManifest = load_json(&dir.join("manifest.json"))?;
+    let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
+    let consistent = match m.version {
+        1 => !v2_fields,
+        2 => m.primary_bucket.is_some(),
+        _ => false,
+    };
+    let digests_ok = m
+        .files
+        .iter()
+        .map(|f| &f.sha256)
+        .chain(m.objects.iter().map(|o| &o.sha256))
+        .all(|d| valid_sha(d));
+    let modes_ok = m.files.iter().all(|f| f.mode <= 0o777);
+    if m.id != id || !consistent || !digests_ok || !modes_ok {
+        return Err(WsError::Corrupt(format!(
+            "checkpoint {id} manifest does not match"
+        )));
+    }
+    Ok(m)
+}
+
+/// Refuses a checkpoint that is missing or belongs to another workspace.
+pub fn check_belongs(registry: &Registry, cp: &str, ws: &str) -> Result<()> {
+    check_checkpoint_id(cp)?;
+    if !checkpoints_dir(registry).join(cp).is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {cp}")));
+    }
+    let s = load_summary(registry, cp)?;
+    if s.workspace_id != ws {
+        return Err(WsError::InvalidRequest(format!(
+            "checkpoint {cp} belongs to a different workspace"
+        )));
+    }
+    Ok(())
+}
+
+/// Checkpoint count and logical bytes of the whole partition.
+pub fn registry_usage(registry: &Registry) -> Result<(u64, u64)> {
+    let s = summaries(registry)?;
+    Ok((s.len() as u64, s.iter().map(|s| s.bytes).sum()))
+}
+
+/// One payload to produce: a file whose digest is unknown (hash + store) or
+/// known from the cache (verify the blob exists).
+struct Work<'a> {
+    file: &'a Scanned,
+    cached: Option<String>,
+}
+
+struct Produced {
+    sha256: String,
+    /// Staged temp blob to publish, when the blob did not exist yet.
+    staged: Option<PathBuf>,
+}
+
+/// Captures workspace `ws` into a new checkpoint.
+pub fn capture(registry: &Registry, ws: &str, opts: &CaptureOptions) -> Result<CheckpointResult> {
+    let rec = registry.get(ws)?;
+    registry.ensure()?;
+    let locks = state(registry).join("capture-locks");
+    create_private_dir(&locks)?;
+    let _capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
+        .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
+    let _registry_lock = registry.lock()?;
+    let id = format!("cp_{}", random_hex(12));
+    capture_locked(registry, &rec, &id, opts, None)
+}
+
+pub(crate) fn capture_locked(
+    registry: &Registry,
+    rec: &crate::registry::Record,
+    id: &str,
+    opts: &CaptureOptions,
+    receipt: Option<Vec<u8>>,
+) -> Result<CheckpointResult> {
+    let ws = rec.id.as_str();
+    if let Some(parent) = &opts.parent {
+        check_checkpoint_id(parent).map_err(|e| WsError::InvalidParent(e.to_string()))?;
+        check_belongs(registry, parent, ws).map_err(|e| WsError::InvalidParent(e.to_string()))?;
+    }
+    if !rec.dir.is_dir() {
+        return Err(WsError::NotFound(format!(
+            "workspace directory {}",
+            rec.dir.display()
+        )));
+    }
+    let scan_start = now_ns();
+    let before = scan(&rec.dir, opts.include_sensitive)?;
+    let objects_before = if opts.portable {
+        Some(snapshot_objects(
+            &rec.dir,
+            &rec.bucket,
+            opts.include_sensitive,
+        )?)
+    } else {
+        None
+    };
+    let object_bytes: u64 = objects_before
+        .as_ref()
+        .map(|o| o.objects.iter().map(|x| x.size).sum())
+        .unwrap_or(0);
+    let object_count = objects_before
+        .as_ref()
+        .map(|o| o.objects.len() as u64)
+        .unwrap_or(0);
+    let files = before.files.len() as u64;
+    let bytes: u64 = before.files.iter().map(|f| f.size).sum::<u64>() + object_bytes;
+    // Portable captures always apply archive bounds (1 GiB / 100,000).
+    let (max_bytes, max_files) = if opts.portable {
+        (
+            if opts.max_bytes == 0 {
+                1 << 30
+            } else {
+                opts.max_bytes
+            },
+            if opts.max_files == 0 {
+                100_000
+            } else {
+                opts.max_files
+            },
+        )
+    } else {
+        (opts.max_bytes, opts.max_files)
+    };
+    if max_files > 0 && files + object_count > max_files {
+        return Err(WsError::CapacityExceeded(format!(
+            "{} files and objects exceed the per-capture limit of {max_files}",
+            files + object_count
+        )));
+    }
+    if max_bytes > 0 && bytes > max_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "{bytes} bytes exceed the per-capture limit of {max_bytes}"
+        )));
+    }
+    admit(registry, rec, bytes)?;
+
+    let cache = load_cache(registry, ws);
+    let work: Vec<Work> = before
+        .files
+        .iter()
+        .map(|f| {
+            let cached = cache.entries.get(&f.path).and_then(|c| {
+                let same = c.size == f.size
+                    && c.mode == f.mode
+                    && c.mtime_ns == f.mtime_ns
+                    && c.ctime_ns == f.ctime_ns
+                    && c.ino == f.ino;
+                (same && f.mtime_ns < cache.scan_start_ns && valid_sha(&c.sha256))
+                    .then(|| c.sha256.clone())
+            });
+            Work { file: f, cached }
+        })
+        .collect();
+    let tmp = state(registry).join("tmp");
+    create_private_dir(&tmp)?;
+    let produced = produce_all(registry, &rec.dir, &tmp, &work)?;
+    let mut object_payloads: Vec<(Produced, u64)> = Vec::new();
+    if let Some(snap) = &objects_before {
+        for o in &snap.objects {
+            match stage_bytes(registry, &tmp, &o.body) {
+                Ok(p) => object_payloads.push((p, o.size)),
+                Err(e) => {
+                    discard(&produced);
+                    discard_pairs(&object_payloads);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    if let Some(hook) = opts.after_copy {
+        hook();
+    }
+    let after = scan(&rec.dir, opts.include_sensitive)?;
+    let objects_after = if opts.portable {
+        Some(snapshot_objects(
+            &rec.dir,
+            &rec.bucket,
+            opts.include_sensitive,
+        )?)
+    } else {
+        None
+    };
+    let objects_same = match (&objects_before, &objects_after) {
+        (Some(a), Some(b)) => a.identity() == b.identity(),
+        _ => true,
+    };
+    if after != before || !objects_same {
+        discard(&produced);
+        discard_pairs(&object_payloads);
+        return Err(WsError::WorkspaceChanged(
+            "files or objects changed between the scans before and after copying; pause writers and retry".into(),
+        ));
+    }
+    let mut to_publish: Vec<(&Produced, u64)> = produced
+        .iter()
+        .zip(&work)
+        .map(|(p, w)| (p, w.file.size))
+        .collect();
+    to_publish.extend(object_payloads.iter().map(|(p, s)| (p, *s)));
+    let stored_bytes = publish_blobs(registry, &to_publish)?;
+    let (primary_bucket, buckets, objects) = match objects_before {
+        Some(snap) => (
+            Some(rec.bucket.clone()),
+            snap.buckets,
+            snap.objects
+                .into_iter()
+                .zip(&object_payloads)
+                .map(|(o, (p, _))| ObjectEntry {
+                    bucket: o.bucket,
+                    key: o.key,
+                    size: o.size,
+                    sha256: p.sha256.clone(),
+                    content_type: o.content_type,
+                    metadata: o.metadata,
+                })
+                .collect(),
+        ),
+        None => (None, Vec::new(), Vec::new()),
+    };
+    let mut excluded_paths = before.excluded.clone();
+    if let Some(a) = &objects_after {
+        excluded_paths.extend(a.excluded.iter().cloned());
+    }
+
+    let created = now_rfc3339();
+    let manifest = CheckpointManifest {
+        version: if primary_bucket.is_some() { 2 } else { 1 },
+        id: id.to_string(),
+        workspace_id: ws.to_string(),
+        parent_id: opts.parent.clone(),
+        created: created.clone(),
+        files: before
+            .files
+            .iter()
+            .zip(&produced)
+            .map(|(f, p)| FileEntry {
+                path: f.path.clone(),
+                size: f.size,
+                mode: f.mode,
+                sha256: p.sha256.clone(),
+            })
+            .collect(),
+        excluded: excluded_paths.clone(),
+        primary_bucket,
+        buckets,
+        objects,
+    };
+    let summary = Summary {
+        version: 1,
+        id: id.to_string(),
+        workspace_id: ws.to_string(),
+        parent_id: opts.parent.clone(),
+        created: created.clone(),
+        files,
+        bytes,
+    };
+    let extra: Vec<(&str, Vec<u8>)> = receipt.map(|r| ("receipt.json", r)).into_iter().collect();
+    publish_checkpoint(registry, &manifest, &summary, &extra)?;
+
+    // The stat cache is an optimisation: failing to save it is harmless.
+    let new_cache = StatCache {
+        scan_start_ns: scan_start,
+        entries: before
+            .files
+            .iter()
+            .zip(&produced)
+            .map(|(f, p)| {
+                (
+                    f.path.clone(),
+                    CacheEntry {
+                        size: f.size,
+                        mode: f.mode,
+                        mtime_ns: f.mtime_ns,
+                        ctime_ns: f.ctime_ns,
+                        ino: f.ino,
+                        sha256: p.sha256.clone(),
+                    },
+                )
+            })
+            .collect(),
+    };
+    // Not fsynced: after a crash the cache is the old one, the new one or
+    // unreadable (then ignored); each entry names a published blob.
+    if let Ok(b) = serde_json::to_vec(&new_cache) {
+        let dir = state(registry).join("statcache");
+        if create_private_dir(&dir).is_ok() {
+            let path = cache_path(registry, ws);
+            let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
+            if fs::write(&tmp, &b)
+                .and_then(|()| fs::rename(&tmp, &path))
+                .is_err()
+            {
+                let _ = fs::remove_file(&tmp);
+            }
+        }
+    }
+    Ok(CheckpointResult {
+        version: 1,
+        checkpoint_id: id.to_string(),
+        workspace_id: ws.to_string(),
+        parent_checkpoint_id: opts.parent.clone(),
+        created,
+        files,
+        bytes,
+        stored_bytes,
+        objects: opts.portable.then_some(object_count),
+        excluded_sensitive_paths: excluded_paths,
+    })
+}
+
+/// Retention caps of the workspace and the standing policy; refuses rather
+/// than evicting.
+fn admit(registry: &Registry, rec: &crate::registry::Record, bytes: u64) -> Result<()> {
+    let all = summaries(registry)?;
+    let mine: Vec<&Summary> = all.iter().filter(|s| s.workspace_id == rec.id).collect();
+    let my_bytes: u64 = mine.iter().map(|s| s.bytes).sum();
+    if rec.max_checkpoints > 0 && mine.len() as u64 >= rec.max_checkpoints {
+        return Err(WsError::CapacityExceeded(format!(
+            "workspace {} retains {} checkpoints, at its limit of {}; delete one first",
+            rec.id,
+            mine.len(),
+            rec.max_checkpoints
+        )));
+    }
+    if rec.max_checkpoint_bytes > 0 && my_bytes + bytes > rec.max_checkpoint_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "retained checkpoint bytes {} + {bytes} would exceed the limit of {}",
+            my_bytes, rec.max_checkpoint_bytes
+        )));
+    }
+    let policy = registry.policy()?;
+    let total_bytes: u64 = all.iter().map(|s| s.bytes).sum();
+    if min_bound(policy.max_checkpoints, 0) > 0 && all.len() as u64 >= policy.max_checkpoints {
+        return Err(WsError::CapacityExceeded(format!(
+            "the registry retains {} checkpoints, at its policy limit of {}",
+            all.len(),
+            policy.max_checkpoints
+        )));
+    }
+    if policy.max_checkpoint_bytes > 0 && total_bytes + bytes > policy.max_checkpoint_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "registry checkpoint bytes {total_bytes} + {bytes} would exceed the policy limit of {}",
+            policy.max_checkpoint_bytes
+        )));
+    }
+    Ok(())
+}
+
+fn produce_all(
+    registry: &Registry,
+    root: &Path,
+    tmp: &Path,
+    work: &[Work],
+) -> Result<Vec<Produced>> {
+    // Cached digests need no I/O: the cache is dropped whenever GC deletes
+    // blobs, so a digest it holds names a blob that still exists.
+    let mut slots: Vec<Option<Produced>> = work
+        .iter()
+        .map(|w| {
+            w.cached.as_ref().map(|sha| Produced {
+                sha256: sha.clone(),
+                staged: None,
+            })
+        })
+        .collect();
+    let todo: Vec<usize> = (0..work.len()).filter(|&i| slots[i].is_none()).collect();
+    let next = AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 4)
+        .min(todo.len().max(1));
+    let outcomes: Vec<Vec<(usize, Result<Produced>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut local = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= todo.len() || failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let i = todo[k];
+                        let r = produce_one(registry, root, tmp, &work[i]);
+                        if r.is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                        local.push((i, r));
+                    }
+                    local
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut first_err = None;
+    for (i, r) in outcomes.into_iter().flatten() {
+        match r {
+            Ok(p) => slots[i] = Some(p),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let complete = slots.iter().all(Option::is_some);
+    let produced: Vec<Produced> = slots.into_iter().flatten().collect();
+    if let Some(e) = first_err {
+        discard(&produced);
+        return Err(e);
+    }
+    if !complete {
+        discard(&produced);
+        return Err(WsError::InvalidRequest("a capture worker failed".into()));
+    }
+    Ok(produced)
+}
+
+fn discard(produced: &[Produced]) {
+    for p in produced {
+        if let Some(t) = &p.staged {
+            let _ = fs::remove_file(t);
+        }
+    }
+}
+
+fn blob_ok(registry: &Registry, sha: &str, size: u64) -> bool {
+    fs::metadata(blob_path(registry, sha)).is_ok_and(|m| m.is_file() && m.len() == size)
+}
+
+fn produce_one(registry: &Registry, root: &Path, tmp: &Path, w: &Work) -> Result<Produced> {
+    if let Some(sha) = &w.cached {
+        if blob_ok(registry, sha, w.file.size) {
+            return Ok(Produced {
+                sha256: sha.clone(),
+                staged: None,
+            });
+        }
+    }
+    // Hash and stage in one read. Staging even when the blob may already
+    // exist keeps this single-pass; the duplicate is dropped at publication.
+    let src = root.join(&w.file.path);
+    let mut input = File::open(&src).map_err(|e| WsError::io_at("read", &src, e))?;
+    let staged = tmp.join(random_hex(12));
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(&staged)
+        .map_err(|e| WsError::io_at("stage", &staged, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
+    let res: std::io::Result<()> = (|| {
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            out.write_all(&buf[..n])?;
+            total += n as u64;
+        }
+        Ok(())
+    })();
+    if let Err(e) = res {
+        let _ = fs::remove_file(&staged);
+        return Err(WsError::io_at("copy", &src, e));
+    }
+    if total != w.file.size {
+        let _ = fs::remove_file(&staged);
+        return Err(WsError::WorkspaceChanged(format!(
+            "{} changed size while it was copied",
+            w.file.path
+        )));
+    }
+    let sha = hex(&h.finalize());
+    if blob_ok(registry, &sha, total) {
+        let _ = fs::remove_file(&staged);
+        return Ok(Produced {
+            sha256: sha,
+            staged: None,
+        });
+    }
+    Ok(Produced {
+        sha256: sha,
+        staged: Some(staged),
+    })
+}
+
+/// Up to this many new blobs are fsynced individually rather than with one
+/// `syncfs`.
+const FEW_BLOBS: usize = 64;
+
+/// Flushes the whole file system holding `dir` (one flush instead of one
+/// fsync per file; what `cp -a && sync` pays too).
+fn syncfs(dir: &Path) -> Result<()> {
+    let f = File::open(dir).map_err(|e| WsError::io_at("open", dir, e))?;
+    // SAFETY: syncfs on a descriptor we own.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(WsError::io_at(
+            "syncfs",
+            dir,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Makes staged blobs durable, then moves them to their content address.
+/// Returns the bytes newly stored.
+fn publish_blobs(registry: &Registry, all: &[(&Produced, u64)]) -> Result<u64> {
+    let staged: Vec<(&Produced, u64)> = all
+        .iter()
+        .filter(|(p, _)| p.staged.is_some())
+        .copied()
+        .collect();
+    if staged.is_empty() {
+        return Ok(0);
+    }
+    let blobs = state(registry).join("blobs");
+    // Bytes first: nothing reaches a content address before it is durable.
+    // A few new blobs are fsynced one by one; many are flushed with one
+    // syncfs (cheaper than thousands of fsyncs, but it also flushes other
+    // dirty data of the file system).
+    let few = staged.len() <= FEW_BLOBS;
+    if few {
+        // In parallel, so the file system can batch them into few journal
+        // commits.
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = staged
+                .iter()
+                .filter_map(|(p, _)| p.staged.as_ref())
+                .map(|tmp| {
+                    s.spawn(move || {
+                        File::open(tmp)
+                            .and_then(|f| f.sync_all())
+                            .map_err(|e| WsError::io_at("fsync", tmp, e))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(WsError::InvalidRequest("fsync worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            r?;
+        }
+    } else {
+        syncfs(blobs.parent().unwrap_or(&blobs))?;
+    }
+    let mut stored = 0u64;
+    let mut dirs = BTreeSet::new();
+    for (p, size) in staged {
+        let Some(tmp) = &p.staged else { continue };
+        if blob_ok(registry, &p.sha256, size) {
+            let _ = fs::remove_file(tmp);
+            continue;
+        }
+        let dst = blob_path(registry, &p.sha256);
+        if let Some(d) = dst.parent() {
+            if dirs.insert(d.to_path_buf()) {
+                create_private_dir(d)?;
+            }
+        }
+        fs::rename(tmp, &dst).map_err(|e| WsError::io_at("publish blob", &dst, e))?;
+        stored += size;
+    }
+    // Then the names: the renames above must be durable before a manifest
+    // names them.
+    if few {
+        fsync_dir(&blobs)?;
+        for d in &dirs {
+            fsync_dir(d)?;
+        }
+    } else {
+        syncfs(&blobs)?;
+    }
+    Ok(stored)
+}
+
+/// Publishes a checkpoint directory atomically: stage, fsync, rename,
+/// fsync the parent. `extra` holds additional (name, bytes) files.
+pub(crate) fn publish_checkpoint(
+    registry: &Registry,
+    manifest: &CheckpointManifest,
+    summary: &Summary,
+    extra: &[(&str, Vec<u8>)],
+) -> Result<()> {
+    let dir = checkpoints_dir(registry);
+    create_private_dir(&dir)?;
+    let stage = dir.join(format!(".stage-{}", random_hex(8)));
+    create_private_dir(&stage)?;
+    let enc = |v: &dyn erased::Ser| v.bytes();
+    let mut files: Vec<(&str, Vec<u8>)> = vec![
+        ("manifest.json", enc(manifest)?),
+        ("summary.json", enc(summary)?),
+    ];
+    files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
+    let write = || -> Result<()> {
+        for (name, bytes) in &files {
+            let p = stage.join(name);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&p)
+                .map_err(|e| WsError::io_at("write", &p, e))?;
+            f.write_all(bytes)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| WsError::io_at("write", &p, e))?;
+        }
+        fsync_dir(&stage)?;
+        let dst = dir.join(&manifest.id);
+        if dst.exists() {
+            return Err(WsError::InvalidRequest(format!(
+                "checkpoint {} already exists",
+                manifest.id
+            )));
+        }
+        fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
+        // Past the rename the checkpoint is visible: a failure now leaves
+        // its durability unknown, never "not committed".
+        fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+    };
+    let r = write();
+    if r.is_err() {
+        let _ = fs::remove_dir_all(&stage);
+    }
+    r
+}
+
+mod erased {
+    use crate::error::{Result, WsError};
+
+    /// Object-safe JSON encoding for the publication helper.
+    pub trait Ser {
+        fn bytes(&self) -> Result<Vec<u8>>;
+    }
+
+    impl<T: serde::Serialize> Ser for T {
+        fn bytes(&self) -> Result<Vec<u8>> {
+            let mut v = serde_json::to_vec_pretty(self)
+                .map_err(|e| WsError::InvalidRequest(format!("encode: {e}")))?;
+            v.push(b'\n');
+            Ok(v)
+        }
+    }
+}
+
+/// One difference between two checkpoints.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Change {
+    pub path: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<FileEntry>,
+}
+
+/// The result of `diff`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffResult {
+    pub version: u32,
+    pub changes: Vec<Change>,
+    /// Portable (v2) comparisons only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<BucketChange>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<Vec<ObjectChange>>,
+}
+
+/// Differences between two checkpoints, sorted by path: `added`, `deleted`,
+/// `changed` (content or mode).
+pub fn diff(registry: &Registry, from: &str, to: &str) -> Result<DiffResult> {
+    let a = load_manifest(registry, from)?;
+    let b = load_manifest(registry, to)?;
+    let portable = a.version == 2 || b.version == 2;
+    Ok(DiffResult {
+        version: 1,
+        changes: diff_files(&a.files, &b.files),
+        buckets: portable.then(|| diff_buckets(&a.buckets, &b.buckets)),
+        objects: portable.then(|| diff_objects(&a.objects, &b.objects)),
+    })
+}
+
+/// Sorted differences of two file lists.
+pub fn diff_files(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
+    let am: BTreeMap<&str, &FileEntry> = a.iter().map(|f| (f.path.as_str(), f)).collect();
+    let bm: BTreeMap<&str, &FileEntry> = b.iter().map(|f| (f.path.as_str(), f)).collect();
+    let paths: BTreeSet<&str> = am.keys().chain(bm.keys()).copied().collect();
+    let mut out = Vec::new();
+    for p in paths {
+        let (kind, from, to) = match (am.get(p), bm.get(p)) {
+            (None, Some(t)) => ("added", None, Some((*t).clone())),
+            (Some(f), None) => ("deleted", Some((*f).clone()), None),
+            (Some(f), Some(t)) if f.sha256 != t.sha256 || f.mode != t.mode || f.size != t.size => {
+                ("changed", Some((*f).clone()), Some((*t).clone()))
+            }
+            _ => continue,
+        };
+        out.push(Change {
+            path: p.to_string(),
+            kind,
+            from,
+            to,
+        });
+    }
+    out
+}
+
+/// Reads a blob, checking its size and digest.
+pub fn verify_blob(registry: &Registry, f: &FileEntry) -> Result<()> {
+    let p = blob_path(registry, &f.sha256);
+    let mut file = File::open(&p)
+        .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| WsError::io_at("read", &p, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    if total != f.size || hex(&h.finalize()) != f.sha256 {
+        return Err(WsError::Corrupt(format!(
+            "payload of {} does not match its digest",
+            f.path
+        )));
+    }
+    Ok(())
+}
+
+/// Verifies every payload of a checkpoint.
+pub fn verify(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
+    let m = load_manifest(registry, id)?;
+    for f in &m.files {
+        check_checkpoint_path(&f.path)?;
+        verify_blob(registry, f)?;
+    }
+    for o in &m.objects {
+        verify_blob(registry, &object_as_file(o))?;
+    }
+    Ok(m)
+}
+
+/// Writes a checkpoint's files into `root` (which exists and is empty but
+/// for `.stow`), verifying each payload first, reproducing modes exactly.
+pub(crate) fn materialize(registry: &Registry, m: &CheckpointManifest, root: &Path) -> Result<()> {
+    // Directories first (single-threaded, cheap), then files in parallel:
+    // each worker verifies a payload and copies it in-kernel.
+    let mut made: BTreeSet<PathBuf> = BTreeSet::new();
+    for f in &m.files {
+        check_checkpoint_path(&f.path)?;
+        if let Some(parent) = root.join(&f.path).parent() {
+            if made.insert(parent.to_path_buf()) {
+                use std::os::unix::fs::DirBuilderExt;
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)
+                    .map_err(|e| WsError::io_at("create directory", parent, e))?;
+            }
+        }
+    }
+    let next = AtomicUsize::new(0);
+    let first_err: Mutex<Option<WsError>> = Mutex::new(None);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 4);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= m.files.len() || first_err.lock().map(|e| e.is_some()).unwrap_or(true) {
+                    break;
+                }
+                let f = &m.files[i];
+                let r = verify_blob(registry, f).and_then(|()| {
+                    crate::prepare::copy_new_file(
+                        &blob_path(registry, &f.sha256),
+                        &root.join(&f.path),
+                        f.mode,
+                    )
+                });
+                if let Err(e) = r {
+                    if let Ok(mut slot) = first_err.lock() {
+                        slot.get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    match first_err.into_inner() {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(e),
+        Err(_) => Err(WsError::InvalidRequest("restore worker panicked".into())),
+    }
+}
+
+/// The result of `checkpoint-delete`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeleteResult {
+    pub version: u32,
+    pub checkpoint_id: String,
+    pub deleted: bool,
+    /// Blobs no retained checkpoint needed any more.
+    pub freed_blobs: u64,
+    pub freed_bytes: u64,
+}
+
+/// Deletes a checkpoint (refused while another names it as parent) and
+/// collects blobs no retained checkpoint needs.
+pub fn delete(registry: &Registry, id: &str) -> Result<DeleteResult> {
+    check_checkpoint_id(id)?;
+    let _lock = registry.lock()?;
+    if !checkpoints_dir(registry).join(id).is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {id}")));
+    }
+    for s in summaries(registry)? {
+        if s.parent_id.as_deref() == Some(id) {
+            return Err(WsError::Refused(format!(
+                "checkpoint {} names {id} as its parent; delete it first",
+                s.id
+            )));
+        }
+    }
+    remove_checkpoint_dir(registry, id)?;
+    let (freed_blobs, freed_bytes) = gc_locked(registry)?;
+    Ok(DeleteResult {
+        version: 1,
+        checkpoint_id: id.to_string(),
+        deleted: true,
+        freed_blobs,
+        freed_bytes,
+    })
+}
+
+/// Unpublishes atomically (rename to a dot name listing ignores), then
+/// removes the directory.
+fn remove_checkpoint_dir(registry: &Registry, id: &str) -> Result<()> {
+    let dir = checkpoints_dir(registry);
+    let src = dir.join(id);
+    let trash = dir.join(format!(".deleted-{}", random_hex(8)));
+    fs::rename(&src, &trash).map_err(|e| WsError::io_at("unpublish", &src, e))?;
+    fsync_dir(&dir)?;
+    fs::remove_dir_all(&trash).map_err(|e| WsError::io_at("remove", &trash, e))
+}
+
+/// Deletes every checkpoint of a workspace and collects blobs. Caller holds
+/// the registry lock.
+pub(crate) fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Result<()> {
+    if !checkpoints_dir(registry).exists() {
+        return Ok(());
+    }
+    let mut any = false;
+    for s in summaries(registry)? {
+        if s.workspace_id == ws {
+            remove_checkpoint_dir(registry, &s.id)?;
+            any = true;
+        }
+    }
+    let _ = fs::remove_file(cache_path(registry, ws));
+    let _ = fs::remove_file(
+        state(registry)
+            .join("capture-locks")
+            .join(format!("{ws}.lock")),
+    );
+    if any {
+        gc_locked(registry)?;
+    }
+    Ok(())
+}
+
+/// Collects unreferenced blobs and leftover staging. Caller holds the
+/// registry lock, so no capture is running in this partition.
+pub(crate) fn gc_locked(registry: &Registry) -> Result<(u64, u64)> {
+    let mut needed: HashMap<String, ()> = HashMap::new();
+    for s in summaries(registry)? {
+        // An unreadable manifest aborts: never delete what might be needed.
+        let m = load_manifest(registry, &s.id)?;
+        for f in m.files {
+            needed.insert(f.sha256, ());
+        }
+        for o in m.objects {
+            needed.insert(o.sha256, ());
+        }
+    }
+    let cps = checkpoints_dir(registry);
+    if let Ok(rd) = fs::read_dir(&cps) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with('.') {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    if let Ok(rd) = fs::read_dir(state(registry).join("tmp")) {
+        for e in rd.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    let blobs = state(registry).join("blobs");
+    let mut doomed: Vec<(PathBuf, u64)> = Vec::new();
+    if let Ok(rd) = fs::read_dir(&blobs) {
+        for sub in rd.flatten() {
+            let Ok(inner) = fs::read_dir(sub.path()) else {
+                continue;
+            };
+            for b in inner.flatten() {
+                let name = b.file_name().to_string_lossy().into_owned();
+                if !needed.contains_key(&name) {
+                    doomed.push((b.path(), b.metadata().map(|m| m.len()).unwrap_or(0)));
+                }
+            }
+        }
+    }
+    if doomed.is_empty() {
+        return Ok((0, 0));
+    }
+    // Stat caches may name the doomed blobs: drop them first, so a cached
+    // digest always names an existing blob (a crash in between only costs
+    // re-hashing on the next capture).
+    if let Ok(rd) = fs::read_dir(state(registry).join("statcache")) {
+        for e in rd.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    fsync_dir(&state(registry)).ok();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    for (path, size) in doomed {
+        if fs::remove_file(&path).is_ok() {
+            n += 1;
+            bytes += size;
+        }
+    }
+    Ok((n, bytes))
+}
+
+/// Physical bytes held by the partition's blob store.
+pub fn stored_bytes(registry: &Registry) -> u64 {
+    let mut total = 0;
+    if let Ok(rd) = fs::read_dir(state(registry).join("blobs")) {
+        for sub in rd.flatten() {
+            if let Ok(inner) = fs::read_dir(sub.path()) {
+                total += inner
+                    .flatten()
+                    .filter_map(|b| b.metadata().ok())
+                    .map(|m| m.len())
+                    .sum::<u64>();
+            }
+        }
+    }
+    total
+}
+
+/// An object entry seen as a payload to verify.
+pub(crate) fn object_as_file(o: &ObjectEntry) -> FileEntry {
+    FileEntry {
+        path: format!("s3://{}/{}", o.bucket, o.key),
+        size: o.size,
+        mode: 0o600,
+        sha256: o.sha256.clone(),
+    }
+}
+
+/// Reads a verified blob into memory (object payloads).
+pub(crate) fn read_blob(registry: &Registry, f: &FileEntry) -> Result<Vec<u8>> {
+    verify_blob(registry, f)?;
+    let p = blob_path(registry, &f.sha256);
+    fs::read(&p).map_err(|e| WsError::io_at("read", &p, e))
+}
+
+/// Every file under a root (all of them, sensitive included) with sizes.
+pub(crate) fn scan_files(root: &Path) -> Result<Vec<(String, u64)>> {
+    Ok(scan(root, true)?
+        .files
+        .into_iter()
+        .map(|f| (f.path, f.size))
+        .collect())
+}
+
+/// One object read for a portable capture.
+struct SnapObject {
+    bucket: String,
+    key: String,
+    size: u64,
+    etag: String,
+    content_type: Option<String>,
+    metadata: BTreeMap<String, String>,
+    body: Vec<u8>,
+}
+
+struct ObjectSnapshot {
+    buckets: Vec<String>,
+    objects: Vec<SnapObject>,
+    excluded: Vec<String>,
+}
+
+type ObjectIdentity = (String, String, u64, String);
+
+impl ObjectSnapshot {
+    fn identity(&self) -> Vec<ObjectIdentity> {
+        self.objects
+            .iter()
+            .map(|o| (o.bucket.clone(), o.key.clone(), o.size, o.etag.clone()))
+            .collect()
+    }
+}
+
+fn key_excluded(key: &str) -> bool {
+    key.split('/').enumerate().any(|(i, seg)| {
+        seg.eq_ignore_ascii_case(".git") || (i == 0 && seg.eq_ignore_ascii_case(".stow"))
+    })
+}
+
+/// Reads every private-store object of a workspace (files of the primary
+/// bucket are captured as files). A running server owns the store: capture
+/// then reports `in_progress`.
+fn snapshot_objects(root: &Path, primary: &str, include_sensitive: bool) -> Result<ObjectSnapshot> {
+    let dir = crate::bucket::private_store_dir(root);
+    let mut snap = ObjectSnapshot {
+        buckets: vec![primary.to_string()],
+        objects: Vec::new(),
+        excluded: Vec::new(),
+    };
+    if !dir.exists() {
+        return Ok(snap);
+    }
+    let view = crate::bucket::WorkspaceBucket::open(root, primary)?;
+    snap.buckets = view.list_buckets()?;
+    if !snap.buckets.iter().any(|b| b == primary) {
+        snap.buckets.push(primary.to_string());
+        snap.buckets.sort();
+    }
+    for b in snap.buckets.clone() {
+        for o in view.private_objects(&b)? {
+            if key_excluded(&o.key) {
+                continue;
+            }
+            if !include_sensitive && is_sensitive(&o.key) {
+                snap.excluded.push(format!("s3://{b}/{}", o.key));
+                continue;
+            }
+            let meta = view
+                .store()
+                .head_object(&b, &o.key)
+                .map_err(|e| WsError::InvalidRequest(format!("object {b}/{}: {e}", o.key)))?;
+            let (body, props) = view.get_object(&b, &o.key)?;
+            snap.objects.push(SnapObject {
+                bucket: b.clone(),
+                key: o.key,
+                size: body.len() as u64,
+                etag: meta.etag,
+                content_type: props.content_type,
+                metadata: props.metadata,
+                body,
+            });
+        }
+    }
+    Ok(snap)
+}
+
+fn discard_pairs(v: &[(Produced, u64)]) {
+    for (p, _) in v {
+        if let Some(t) = &p.staged {
+            let _ = fs::remove_file(t);
+        }
+    }
+}
+
+/// Stages bytes already in memory as a blob candidate.
+fn stage_bytes(registry: &Registry, tmp: &Path, body: &[u8]) -> Result<Produced> {
+    let sha = hex(&Sha256::digest(body));
+    if blob_ok(registry, &sha, body.len() as u64) {
+        return Ok(Produced {
+            sha256: sha,
+            staged: None,
+        });
+    }
+    let staged = tmp.join(random_hex(12));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(&staged)
+        .map_err(|e| WsError::io_at("stage", &staged, e))?;
+    if let Err(e) = f.write_all(body) {
+        let _ = fs::remove_file(&staged);
+        return Err(WsError::io_at("stage", &staged, e));
+    }
+    Ok(Produced {
+        sha256: sha,
+        staged: Some(staged),
+    })
+}
+
+/// One bucket difference of a portable diff.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BucketChange {
+    pub bucket: String,
+    pub kind: &'static str,
+}
+
+/// One object difference of a portable diff.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ObjectChange {
+    pub bucket: String,
+    pub key: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<ObjectEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<ObjectEntry>,
+}
+
+fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
+    let a: BTreeSet<&String> = a.iter().collect();
+    let b: BTreeSet<&String> = b.iter().collect();
+    let mut out: Vec<BucketChange> = b
+        .difference(&a)
+        .map(|n| BucketChange {
+            bucket: (*n).clone(),
+            kind: "added",
+        })
+        .chain(a.difference(&b).map(|n| BucketChange {
+            bucket: (*n).clone(),
+            kind: "deleted",
+        }))
+        .collect();
+    out.sort_by(|x, y| x.bucket.cmp(&y.bucket));
+    out
+}
+
+fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectChange> {
+    let key = |o: &ObjectEntry| (o.bucket.clone(), o.key.clone());
+    let am: BTreeMap<(String, String), &ObjectEntry> = a.iter().map(|o| (key(o), o)).collect();
+    let bm: BTreeMap<(String, String), &ObjectEntry> = b.iter().map(|o| (key(o), o)).collect();
+    let keys: BTreeSet<&(String, String)> = am.keys().chain(bm.keys()).collect();
+    let mut out = Vec::new();
+    for k in keys {
+        let (kind, from, to) = match (am.get(k), bm.get(k)) {
+            (None, Some(t)) => ("added", None, Some((*t).clone())),
+            (Some(f), None) => ("deleted", Some((*f).clone()), None),
+            (Some(f), Some(t)) if f != t => ("changed", Some((*f).clone()), Some((*t).clone())),
+            _ => continue,
+        };
+        out.push(ObjectChange {
+            bucket: k.0.clone(),
+            key: k.1.clone(),
+            kind,
+            from,
+            to,
+        });
+    }
+    out
+}

@@ -1,0 +1,120 @@
+//! Typed errors of the workspace engine, each with a stable machine code.
+
+use std::path::{Path, PathBuf};
+
+/// Everything the workspace engine can refuse or fail with.
+///
+/// Every variant has a stable machine code ([`WsError::code`]); the CLI and
+/// MCP map codes to their wire forms.
+#[derive(Debug, thiserror::Error)]
+pub enum WsError {
+    /// The task manifest is malformed or breaks a rule of its schema.
+    #[error("invalid task manifest: {0}")]
+    InvalidManifest(String),
+    /// A destination, working directory or checkpoint path is not portable.
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath { path: String, reason: String },
+    /// An input is a symlink, a special file, or otherwise not copyable.
+    #[error("invalid input {path}: {reason}")]
+    InvalidInput { path: PathBuf, reason: String },
+    /// A credential-looking path was met without the explicit opt-in.
+    #[error("sensitive path {path:?} refused; set {opt_in} to include it (filename check, not secret scanning)")]
+    SensitivePath { path: String, opt_in: &'static str },
+    /// Some other argument is malformed.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The new root is unusable (exists, or its parent is missing).
+    #[error("invalid root {root}: {reason}")]
+    InvalidRoot { root: PathBuf, reason: String },
+    /// A byte, file, checkpoint or workspace bound would be exceeded.
+    #[error("capacity exceeded: {0}")]
+    CapacityExceeded(String),
+    /// No such workspace, checkpoint or document.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A live session owns the workspace.
+    #[error("workspace {0} is in use by a live session")]
+    InUse(String),
+    /// The operation is refused for this workspace (adopted, home, cwd, ...).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A Git input could not be staged.
+    #[error("git input {source_repo}: {reason}")]
+    Git {
+        source_repo: PathBuf,
+        reason: String,
+    },
+    /// The parent checkpoint is missing or belongs to another workspace.
+    #[error("invalid parent: {0}")]
+    InvalidParent(String),
+    /// Another capture of this workspace holds its lock.
+    #[error("another capture of workspace {0} is in progress")]
+    InProgress(String),
+    /// The tree changed during a capture.
+    #[error("the workspace changed during capture: {0}")]
+    WorkspaceChanged(String),
+    /// A failure after the visibility point: the effect may have happened.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The same request key was used with different options or meaning.
+    #[error("request key was already used for a different request")]
+    RequestConflict,
+    /// A stored record, manifest or blob is unreadable or does not verify.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// A file-system operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl WsError {
+    /// The stable machine code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WsError::InvalidManifest(_) => "invalid_manifest",
+            WsError::InvalidPath { .. } => "invalid_path",
+            WsError::InvalidInput { .. } => "invalid_input",
+            WsError::SensitivePath { .. } => "sensitive_path",
+            WsError::InvalidRequest(_) => "invalid_request",
+            WsError::InvalidRoot { .. } => "invalid_root",
+            WsError::CapacityExceeded(_) => "capacity_exceeded",
+            WsError::NotFound(_) => "not_found",
+            WsError::InUse(_) => "in_use",
+            WsError::Refused(_) => "refused",
+            WsError::Git { .. } => "git_failed",
+            WsError::InProgress(_) => "in_progress",
+            WsError::InvalidParent(_) => "invalid_parent",
+            WsError::OutcomeUnknown(_) => "outcome_unknown",
+            WsError::RequestConflict => "request_conflict",
+            WsError::WorkspaceChanged(_) => "workspace_changed",
+            WsError::Corrupt(_) => "corrupt_checkpoint",
+            WsError::Io { .. } => "io_failure",
+        }
+    }
+
+    /// Whether retrying the same request may succeed.
+    pub fn retryable(&self) -> bool {
+        matches!(self, WsError::InProgress(_) | WsError::WorkspaceChanged(_))
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> WsError {
+        WsError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn io_at(what: &str, path: &Path, source: std::io::Error) -> WsError {
+        WsError::Io {
+            context: format!("{what} {}", path.display()),
+            source,
+        }
+    }
+}
+
+/// Result of workspace operations.
+pub type Result<T, E = WsError> = std::result::Result<T, E>;

@@ -1,0 +1,187 @@
+//! Small durable file-system helpers: atomic replace, directory fsync,
+//! advisory locks, timestamps, random identifiers.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+
+use crate::error::{Result, WsError};
+
+/// Fsyncs a directory so a rename or create inside it survives a crash.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| WsError::io_at("fsync directory", dir, e))
+}
+
+/// Creates a directory (and parents) with mode 0700.
+pub fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| WsError::io_at("create directory", dir, e))
+}
+
+/// Writes `bytes` to `path` atomically: temp file in the same directory,
+/// fsync, rename over `path`, fsync the directory. A crash leaves either the
+/// old or the new content, never a torn file.
+pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| WsError::InvalidRequest(format!("{} has no parent", path.display())))?;
+    let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    if let Err(e) = write() {
+        let _ = fs::remove_file(&tmp);
+        return Err(WsError::io_at("write", path, e));
+    }
+    fsync_dir(dir)
+}
+
+/// An exclusive advisory lock (`flock`), released on drop or process death.
+#[derive(Debug)]
+pub struct FileLock {
+    _file: File,
+}
+
+impl FileLock {
+    /// Tries to take the lock without waiting; `Ok(None)` when another
+    /// holder has it.
+    pub fn try_lock(path: &Path) -> Result<Option<FileLock>> {
+        Self::take(path, true)
+    }
+
+    /// Takes the lock, waiting for other holders.
+    pub fn lock(path: &Path) -> Result<FileLock> {
+        Self::take(path, false)?
+            .ok_or_else(|| WsError::InvalidRequest("lock unexpectedly busy".into()))
+    }
+
+    fn take(path: &Path, nonblocking: bool) -> Result<Option<FileLock>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| WsError::io_at("open lock", path, e))?;
+        let mut op = libc::LOCK_EX;
+        if nonblocking {
+            op |= libc::LOCK_NB;
+        }
+        loop {
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+            if rc == 0 {
+                return Ok(Some(FileLock { _file: file }));
+            }
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => return Ok(None),
+                _ => return Err(WsError::io_at("lock", path, err)),
+            }
+        }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Unlock explicitly: a child forked by another thread may still hold
+        // a copy of the descriptor (until its exec closes it), and closing
+        // ours alone would leave the lock held by that copy.
+        // SAFETY: flock on a descriptor we own.
+        unsafe {
+            libc::flock(self._file.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
+/// Lowercase hex of `n` random bytes.
+pub fn random_hex(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    rand::rng().fill_bytes(&mut buf);
+    hex(&buf)
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Now, as RFC 3339 UTC with nanoseconds.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
+}
+
+/// Seconds since the epoch of an RFC 3339 timestamp.
+pub fn parse_time(s: &str) -> Option<i64> {
+    let t = humantime::parse_rfc3339_weak(s).ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_secs() as i64)
+}
+
+/// RFC 3339 UTC with whole seconds of an epoch-seconds value.
+pub fn format_secs(secs: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Seconds since the epoch, now.
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Makes `p` absolute against the current directory, lexically cleaned
+/// (no `.` or `..` components), without resolving symlinks.
+pub fn absolute(p: &Path) -> Result<PathBuf> {
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| WsError::io("current directory", e))?
+            .join(p)
+    };
+    Ok(clean(&joined))
+}
+
+/// Lexically cleans an absolute path.
+pub fn clean(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}

@@ -1,0 +1,29 @@
+//! stow-s3 agent workspaces: the version-1 task manifest, `prepare`, the
+//! registry (team partitions, list, destroy, collect, prune, policy),
+//! resume and handoff, content-addressed checkpoints, diff and restore.
+//!
+//! A workspace is a real directory plus a registry record. It is a copy for
+//! editing, not an OS sandbox. This crate does no printing; every result is
+//! a typed `serde` struct the CLI prints as JSON.
+
+pub mod admin;
+pub mod bucket;
+pub mod checkpoint;
+mod error;
+pub mod fsutil;
+mod git;
+pub mod keyed;
+pub mod manifest;
+pub mod paths;
+mod prepare;
+pub mod registry;
+pub mod restore;
+pub mod tree;
+
+pub use error::{Result, WsError};
+pub use manifest::{Plan, TaskManifest};
+pub use prepare::{
+    capabilities, claim_session, is_live, prepare, read_identity, Capabilities, CheckpointLimits,
+    Identity, RegistryBound, RepositoryResult, WorkspaceResult,
+};
+pub use registry::{Policy, Record, Registry};

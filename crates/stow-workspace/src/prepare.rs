@@ -1,0 +1,374 @@
+//! `prepare`: validate everything, then create the root, register it, stage
+//! Git inputs and copy file inputs. A refusal before creation touches
+//! nothing; a failure after creation removes what this call created.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, WsError};
+use crate::fsutil::{atomic_write, create_private_dir, now_rfc3339, random_hex, FileLock};
+use crate::manifest::{Plan, TaskManifest};
+use crate::registry::{
+    authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
+};
+use crate::{git, tree};
+
+/// A resolved Git input, as reported in `repositories[]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RepositoryResult {
+    /// Absolute top level of the source repository.
+    pub source: PathBuf,
+    pub destination: String,
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub commit: String,
+}
+
+/// Retention caps reported in capabilities (0 = unlimited).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct CheckpointLimits {
+    pub max_bytes: u64,
+    pub max_count: u64,
+}
+
+/// Registry headroom: with no bound `limit` is 0 and `remaining` is null.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct RegistryBound {
+    pub limit: u64,
+    pub count: u64,
+    pub remaining: Option<u64>,
+}
+
+impl RegistryBound {
+    /// The bound report for `limit` (0 = none) and `count` records.
+    pub fn new(limit: u64, count: u64) -> RegistryBound {
+        RegistryBound {
+            limit,
+            count,
+            remaining: (limit > 0).then(|| limit.saturating_sub(count)),
+        }
+    }
+}
+
+/// Effective capabilities of a workspace.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Capabilities {
+    pub backend: &'static str,
+    pub max_bytes: u64,
+    pub max_objects: u64,
+    pub persistent: bool,
+    pub multipart: bool,
+    pub upstream: bool,
+    pub checkpoint_limits: CheckpointLimits,
+    pub registry_bound: RegistryBound,
+}
+
+/// The launch descriptor of prepare, resume and restore (workspace.md §4.3).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceResult {
+    pub version: u32,
+    pub workspace_id: String,
+    pub root: PathBuf,
+    pub working_directory: PathBuf,
+    pub bucket: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub seeded_bytes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub seeded_objects: u64,
+    pub base_identity: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<RepositoryResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    pub capabilities: Capabilities,
+    pub authority: Vec<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The identity document kept at `<root>/.stow/workspace.json`; destroy
+/// checks it so a record can never delete a directory it does not name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Identity {
+    pub version: u32,
+    pub workspace_id: String,
+    pub bucket: String,
+    pub created: String,
+    pub owned: bool,
+}
+
+/// Reads a workspace's identity document.
+pub fn read_identity(root: &Path) -> Result<Identity> {
+    let path = root.join(".stow").join("workspace.json");
+    let bytes = fs::read(&path).map_err(|e| WsError::io_at("read workspace identity", &path, e))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| WsError::Corrupt(format!("workspace identity {}: {e}", path.display())))
+}
+
+/// Writes the identity document and provenance directory of a new root.
+pub(crate) fn write_identity(root: &Path, ident: &Identity) -> Result<()> {
+    let stow = root.join(".stow");
+    create_private_dir(&stow)?;
+    let bytes = serde_json::to_vec_pretty(ident)
+        .map_err(|e| WsError::InvalidRequest(format!("encode identity: {e}")))?;
+    atomic_write(&stow.join("workspace.json"), &bytes, 0o600)
+}
+
+/// Takes the session lock of a workspace, refusing when a live owner holds it.
+pub fn claim_session(root: &Path, id: &str) -> Result<FileLock> {
+    let stow = root.join(".stow");
+    if !stow.is_dir() {
+        return Err(WsError::NotFound(format!(
+            "workspace directory {} (for {id})",
+            root.display()
+        )));
+    }
+    FileLock::try_lock(&stow.join("session.lock"))?.ok_or_else(|| WsError::InUse(id.to_string()))
+}
+
+/// Whether a live session holds the workspace (try-lock, then release).
+pub fn is_live(root: &Path) -> Result<bool> {
+    let stow = root.join(".stow");
+    if !stow.is_dir() {
+        return Ok(false);
+    }
+    Ok(FileLock::try_lock(&stow.join("session.lock"))?.is_none())
+}
+
+/// Capabilities of a record with a registry bound report.
+pub fn capabilities(rec: &Record, bound: RegistryBound) -> Capabilities {
+    Capabilities {
+        backend: "workspace",
+        max_bytes: rec.max_bytes,
+        max_objects: rec.max_objects,
+        persistent: true,
+        multipart: true,
+        upstream: false,
+        checkpoint_limits: CheckpointLimits {
+            max_bytes: rec.max_checkpoint_bytes,
+            max_count: rec.max_checkpoints,
+        },
+        registry_bound: bound,
+    }
+}
+
+/// A new workspace ID: `ws_` + 16 lowercase hex.
+pub fn new_workspace_id() -> String {
+    format!("ws_{}", random_hex(8))
+}
+
+/// Prepares a workspace from the manifest file at `manifest_path`.
+pub fn prepare(manifest_path: &Path) -> Result<WorkspaceResult> {
+    let manifest = TaskManifest::load(manifest_path)?;
+    let plan = Plan::build(&manifest, manifest_path)?;
+    let registry = Registry::resolve(plan.registry_base.as_deref(), plan.team.as_deref())?;
+    // The bound is checked before anything is created, then again under
+    // the registry lock at registration (a concurrent prepare may race).
+    let bound = min_bound(plan.max_workspaces, registry.policy()?.max_workspaces);
+    let count = registry.count()?;
+    if bound > 0 && count >= bound {
+        return Err(capacity_error(count, bound));
+    }
+    let existed = registry.dir().exists();
+    let id = new_workspace_id();
+    let bucket = plan
+        .bucket
+        .clone()
+        .unwrap_or_else(|| format!("stow-workspace-{}", random_hex(8)));
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&plan.root)
+        .map_err(|e| WsError::io_at("create root", &plan.root, e))?;
+    match prepare_created(&plan, &registry, &id, &bucket, bound) {
+        Ok(r) => Ok(r),
+        Err(err) => {
+            let _ = fs::remove_dir_all(&plan.root);
+            let _ = registry.remove(&id);
+            if !existed {
+                forget_new_partition(&registry);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Removes a registry partition this call created, if it holds no records.
+fn forget_new_partition(registry: &Registry) {
+    if registry.records().map(|r| r.is_empty()).unwrap_or(false) {
+        let _ = fs::remove_dir_all(registry.state_dir());
+        let mut dir = Some(registry.dir().to_path_buf());
+        // Only empty directories go; `remove_dir` refuses anything else.
+        while let Some(d) = dir {
+            if fs::remove_dir(&d).is_err() {
+                break;
+            }
+            dir = d.parent().map(Path::to_path_buf);
+        }
+    }
+}
+
+fn capacity_error(count: u64, bound: u64) -> WsError {
+    WsError::CapacityExceeded(format!(
+        "the registry holds {count} workspaces, at its bound of {bound}; run `stow-s3 workspace prune` for missing directories, `stow-s3 workspace collect` for expired workspaces, or raise max_workspaces"
+    ))
+}
+
+fn prepare_created(
+    plan: &Plan,
+    registry: &Registry,
+    id: &str,
+    bucket: &str,
+    bound: u64,
+) -> Result<WorkspaceResult> {
+    let root = &plan.root;
+    let created = now_rfc3339();
+    write_identity(
+        root,
+        &Identity {
+            version: 1,
+            workspace_id: id.to_string(),
+            bucket: bucket.to_string(),
+            created: created.clone(),
+            owned: true,
+        },
+    )?;
+    let _session = claim_session(root, id)?;
+    let working_dir = if plan.working_directory.is_empty() {
+        root.clone()
+    } else {
+        root.join(&plan.working_directory)
+    };
+    let mut rec = Record {
+        id: id.to_string(),
+        dir: root.clone(),
+        working_directory: Some(working_dir.clone()),
+        bucket: bucket.to_string(),
+        created: created.clone(),
+        last_used: created,
+        ttl_seconds: plan.ttl_seconds,
+        policy_version: POLICY_VERSION,
+        authority_mask: READ_WRITE_MASK,
+        max_bytes: plan.max_bytes,
+        max_objects: plan.max_objects,
+        max_checkpoint_bytes: plan.max_checkpoint_bytes,
+        max_checkpoints: plan.max_checkpoints,
+        owned: true,
+    };
+    let count = {
+        let _lock = registry.lock()?;
+        let bound = min_bound(bound, registry.policy()?.max_workspaces);
+        let count = registry.count()?;
+        if bound > 0 && count >= bound {
+            return Err(capacity_error(count, bound));
+        }
+        registry.put(&rec)?;
+        count + 1
+    };
+
+    let mut repositories = Vec::new();
+    if !plan.repos.is_empty() {
+        let hooks = root.join(".stow").join("disabled-hooks");
+        create_private_dir(&hooks)?;
+        for r in &plan.repos {
+            let dest = root.join(&r.dest);
+            if let Some(parent) = dest.parent() {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)
+                    .map_err(|e| WsError::io_at("create directory", parent, e))?;
+            }
+            git::stage(&r.toplevel, &r.commit, &dest, &hooks)?;
+            repositories.push(RepositoryResult {
+                source: r.toplevel.clone(),
+                destination: r.dest.clone(),
+                reference: r.reference.clone(),
+                commit: r.commit.clone(),
+            });
+        }
+    }
+    for d in &plan.dirs {
+        let p = root.join(d);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&p)
+            .map_err(|e| WsError::io_at("create directory", &p, e))?;
+    }
+    for f in &plan.files {
+        copy_new_file(&f.source, &root.join(&f.dest), f.mode)?;
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&working_dir)
+        .map_err(|e| WsError::io_at("create working directory", &working_dir, e))?;
+
+    let (seeded_bytes, seeded_objects) = tree::seeded_totals(root, 0)?;
+    if seeded_bytes > plan.max_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "seeded bytes {seeded_bytes} exceed workspace limit {}",
+            plan.max_bytes
+        )));
+    }
+    if seeded_objects > plan.max_objects {
+        return Err(WsError::CapacityExceeded(format!(
+            "seeded objects {seeded_objects} exceed workspace limit {}",
+            plan.max_objects
+        )));
+    }
+    if !repositories.is_empty() {
+        let prov = serde_json::json!({ "repositories": repositories });
+        atomic_write(
+            &root.join(".stow").join("provenance.json"),
+            prov.to_string().as_bytes(),
+            0o600,
+        )?;
+    }
+    // Persist the record once more so its working directory is durable even
+    // if the first write raced a concurrent registry edit.
+    rec.working_directory = Some(working_dir.clone());
+    registry.put(&rec)?;
+    let base_identity = tree::base_identity(root)?;
+    Ok(WorkspaceResult {
+        version: 1,
+        workspace_id: id.to_string(),
+        root: root.clone(),
+        working_directory: working_dir,
+        bucket: bucket.to_string(),
+        registry_dir: Some(registry.dir().to_path_buf()),
+        team: registry.team().map(str::to_string),
+        seeded_bytes,
+        seeded_objects,
+        base_identity,
+        repositories,
+        checkpoint_id: None,
+        capabilities: capabilities(&rec, RegistryBound::new(bound, count)),
+        authority: authority_names(rec.authority_mask),
+    })
+}
+
+/// Copies `src` to a new file `dst` (which must not exist) with `mode`.
+/// `fs::copy` uses in-kernel copy (and reflinks where possible).
+pub(crate) fn copy_new_file(src: &Path, dst: &Path, mode: u32) -> Result<()> {
+    // Exclusive create first: a second input aimed at the same file fails
+    // here instead of silently overwriting the first.
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dst)
+        .map_err(|e| WsError::io_at("create", dst, e))?;
+    fs::copy(src, dst).map_err(|e| WsError::io_at("copy into", dst, e))?;
+    fs::set_permissions(dst, fs::Permissions::from_mode(mode))
+        .map_err(|e| WsError::io_at("chmod", dst, e))
+}

@@ -1,0 +1,167 @@
+//! `restore`: a checkpoint into a new root, as a new owned workspace sized
+//! by the checkpoint (no hidden cap).
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use stow_store::{ObjectProps, PutOptions};
+
+use crate::bucket::WorkspaceBucket;
+use crate::checkpoint::{load_manifest, materialize, object_as_file, read_blob};
+use crate::error::{Result, WsError};
+use crate::fsutil::{absolute, now_rfc3339, random_hex};
+use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
+use crate::prepare::{
+    capabilities, claim_session, new_workspace_id, write_identity, Identity, RegistryBound,
+    WorkspaceResult,
+};
+use crate::registry::{
+    authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
+};
+
+/// Optional narrowing limits of a restore (0 = sized by the checkpoint).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RestoreLimits {
+    pub max_bytes: u64,
+    pub max_files: u64,
+}
+
+/// Restores checkpoint `id` into the new directory `root`.
+pub fn restore(
+    registry: &Registry,
+    id: &str,
+    root: &Path,
+    limits: RestoreLimits,
+) -> Result<WorkspaceResult> {
+    let root = absolute(root)?;
+    check_new_root(&root)?;
+    // The registry lock keeps garbage collection away from the blobs while
+    // they are copied.
+    let _lock = registry.lock()?;
+    let m = load_manifest(registry, id)?;
+    let bytes: u64 =
+        m.files.iter().map(|f| f.size).sum::<u64>() + m.objects.iter().map(|o| o.size).sum::<u64>();
+    let files = (m.files.len() + m.objects.len()) as u64;
+    if limits.max_bytes > 0 && bytes > limits.max_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "checkpoint holds {bytes} bytes, over the limit of {}",
+            limits.max_bytes
+        )));
+    }
+    if limits.max_files > 0 && files > limits.max_files {
+        return Err(WsError::CapacityExceeded(format!(
+            "checkpoint holds {files} files, over the limit of {}",
+            limits.max_files
+        )));
+    }
+    let bound = registry.policy()?.max_workspaces;
+    let count = registry.count()?;
+    if bound > 0 && count >= bound {
+        return Err(WsError::CapacityExceeded(format!(
+            "the registry holds {count} workspaces, at its bound of {bound}"
+        )));
+    }
+    // The source workspace's retention caps carry over when it is known.
+    let source = registry.get(&m.workspace_id).ok();
+    let ws = new_workspace_id();
+    // A portable checkpoint keeps its primary bucket name (renaming refused).
+    let bucket = m
+        .primary_bucket
+        .clone()
+        .unwrap_or_else(|| format!("stow-workspace-{}", random_hex(8)));
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&root)
+        .map_err(|e| WsError::io_at("create root", &root, e))?;
+    let created = now_rfc3339();
+    let rec = Record {
+        id: ws.clone(),
+        dir: root.clone(),
+        working_directory: Some(root.clone()),
+        bucket: bucket.clone(),
+        created: created.clone(),
+        last_used: created.clone(),
+        ttl_seconds: source.as_ref().map(|s| s.ttl_seconds).unwrap_or(0),
+        policy_version: POLICY_VERSION,
+        authority_mask: READ_WRITE_MASK,
+        max_bytes: min_or(limits.max_bytes, DEFAULT_MAX_BYTES.max(bytes)),
+        max_objects: min_or(limits.max_files, DEFAULT_MAX_OBJECTS.max(files)),
+        max_checkpoint_bytes: source.as_ref().map(|s| s.max_checkpoint_bytes).unwrap_or(0),
+        max_checkpoints: source.as_ref().map(|s| s.max_checkpoints).unwrap_or(0),
+        owned: true,
+    };
+    let run = || -> Result<WorkspaceResult> {
+        write_identity(
+            &root,
+            &Identity {
+                version: 1,
+                workspace_id: ws.clone(),
+                bucket: bucket.clone(),
+                created: created.clone(),
+                owned: true,
+            },
+        )?;
+        let _session = claim_session(&root, &ws)?;
+        materialize(registry, &m, &root)?;
+        if m.version == 2 {
+            let view = WorkspaceBucket::open(&root, &bucket)?;
+            for b in &m.buckets {
+                view.create_bucket(b)?;
+            }
+            for o in &m.objects {
+                let body = read_blob(registry, &object_as_file(o))?;
+                let props = ObjectProps {
+                    content_type: o.content_type.clone(),
+                    metadata: o.metadata.clone(),
+                    ..Default::default()
+                };
+                view.store()
+                    .put_object(
+                        &o.bucket,
+                        &o.key,
+                        &mut &body[..],
+                        PutOptions {
+                            props,
+                            ..Default::default()
+                        },
+                    )
+                    .map_err(|e| {
+                        WsError::InvalidRequest(format!(
+                            "restore object {}/{}: {e}",
+                            o.bucket, o.key
+                        ))
+                    })?;
+            }
+        }
+        registry.put(&rec)?;
+        Ok(WorkspaceResult {
+            version: 1,
+            workspace_id: ws.clone(),
+            root: root.clone(),
+            working_directory: root.clone(),
+            bucket: bucket.clone(),
+            registry_dir: Some(registry.dir().to_path_buf()),
+            team: registry.team().map(str::to_string),
+            seeded_bytes: bytes,
+            seeded_objects: files,
+            base_identity: crate::tree::base_identity(&root)?,
+            repositories: Vec::new(),
+            checkpoint_id: Some(id.to_string()),
+            capabilities: capabilities(&rec, RegistryBound::new(bound, count + 1)),
+            authority: authority_names(rec.authority_mask),
+        })
+    };
+    match run() {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&root);
+            let _ = registry.remove(&ws);
+            Err(e)
+        }
+    }
+}
+
+fn min_or(narrow: u64, sized: u64) -> u64 {
+    min_bound(narrow, sized)
+}

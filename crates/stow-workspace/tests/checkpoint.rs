@@ -1,0 +1,331 @@
+//! Checkpoints: dedup, stat cache, workspace_changed, retention caps,
+//! in_progress, diff, restore, delete and garbage collection.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::restore::{restore, RestoreLimits};
+use stow_workspace::{admin, prepare, Registry, WorkspaceResult};
+
+struct Ws {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    reg: Registry,
+    ws: WorkspaceResult,
+}
+
+fn setup(extra: &str) -> Ws {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    fs::create_dir_all(dir.join("in/nested")).unwrap();
+    fs::write(dir.join("in/seed.txt"), "seed").unwrap();
+    fs::write(dir.join("in/nested/second.txt"), "second").unwrap();
+    let m = dir.join("task.json");
+    fs::write(
+        &m,
+        format!(r#"{{"version":1,"root":"ws","registry_dir":"reg","team":"t","inputs":[{{"source":"in","destination":"."}}]{extra}}}"#),
+    )
+    .unwrap();
+    let ws = prepare(&m).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), Some("t")).unwrap();
+    Ws {
+        _tmp: tmp,
+        dir,
+        reg,
+        ws,
+    }
+}
+
+fn cap(w: &Ws) -> checkpoint::CheckpointResult {
+    checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap()
+}
+
+#[test]
+fn capture_diff_restore_linear() {
+    let w = setup("");
+    let root = &w.ws.root;
+    let c1 = cap(&w);
+    assert!(c1.checkpoint_id.starts_with("cp_") && c1.checkpoint_id.len() == 27);
+    assert_eq!((c1.files, c1.bytes), (2, 10));
+    fs::write(root.join("notes.txt"), "twenty bytes of note").unwrap();
+    // .git, .stow and sensitive paths are excluded and reported.
+    fs::create_dir_all(root.join("sub/.git")).unwrap();
+    fs::write(root.join("sub/.git/HEAD"), "x").unwrap();
+    fs::write(root.join(".env"), "S=1").unwrap();
+    let c2 = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            parent: Some(c1.checkpoint_id.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((c2.files, c2.bytes), (3, 30));
+    assert_eq!(c2.stored_bytes, 20, "unchanged files are stored once");
+    assert_eq!(
+        c2.parent_checkpoint_id.as_deref(),
+        Some(c1.checkpoint_id.as_str())
+    );
+    assert_eq!(c2.excluded_sensitive_paths, vec![".env".to_string()]);
+    let d = checkpoint::diff(&w.reg, &c1.checkpoint_id, &c2.checkpoint_id).unwrap();
+    assert_eq!(d.changes.len(), 1);
+    assert_eq!(
+        (d.changes[0].path.as_str(), d.changes[0].kind),
+        ("notes.txt", "added")
+    );
+
+    // Mode change and deletion.
+    fs::set_permissions(root.join("seed.txt"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::remove_file(root.join("nested/second.txt")).unwrap();
+    let c3 = cap(&w);
+    let d = checkpoint::diff(&w.reg, &c2.checkpoint_id, &c3.checkpoint_id).unwrap();
+    let kinds: Vec<(&str, &str)> = d
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![("nested/second.txt", "deleted"), ("seed.txt", "changed")]
+    );
+
+    // Restore reproduces bytes and modes as a new owned workspace.
+    let r = restore(
+        &w.reg,
+        &c3.checkpoint_id,
+        &w.dir.join("restored"),
+        RestoreLimits::default(),
+    )
+    .unwrap();
+    assert_ne!(r.workspace_id, w.ws.workspace_id);
+    let rr = w.dir.join("restored");
+    assert_eq!(
+        fs::read(rr.join("notes.txt")).unwrap(),
+        b"twenty bytes of note"
+    );
+    assert_eq!(
+        fs::metadata(rr.join("seed.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    assert!(!rr.join(".env").exists() && !rr.join("nested/second.txt").exists());
+    assert!(w.reg.get(&r.workspace_id).unwrap().owned);
+    // An existing root is refused; a narrower limit is honoured.
+    assert_eq!(
+        restore(&w.reg, &c3.checkpoint_id, &rr, RestoreLimits::default())
+            .unwrap_err()
+            .code(),
+        "invalid_root"
+    );
+    let err = restore(
+        &w.reg,
+        &c3.checkpoint_id,
+        &w.dir.join("small"),
+        RestoreLimits {
+            max_bytes: 5,
+            max_files: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "capacity_exceeded");
+    assert!(!w.dir.join("small").exists());
+}
+
+#[test]
+fn restore_is_sized_by_the_checkpoint() {
+    let w = setup(r#","max_bytes":100000000"#);
+    // More than the 64 MiB default workspace limit.
+    let big = vec![7u8; (65 << 20) as usize];
+    fs::write(w.ws.root.join("big.bin"), &big).unwrap();
+    let c = cap(&w);
+    let r = restore(
+        &w.reg,
+        &c.checkpoint_id,
+        &w.dir.join("r"),
+        RestoreLimits::default(),
+    )
+    .unwrap();
+    assert!(r.capabilities.max_bytes >= c.bytes);
+    assert_eq!(
+        fs::metadata(w.dir.join("r/big.bin")).unwrap().len(),
+        big.len() as u64
+    );
+}
+
+#[test]
+fn edits_during_capture_are_workspace_changed() {
+    let w = setup("");
+    let target = w.ws.root.join("seed.txt");
+    let hook = || fs::write(&target, "edited during capture").unwrap();
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            after_copy: Some(&hook),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "workspace_changed");
+    assert!(err.retryable());
+    assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 0);
+    // Retrying after the writer paused succeeds.
+    cap(&w);
+}
+
+#[test]
+fn stat_cache_sees_same_size_edits() {
+    let w = setup("");
+    let c1 = cap(&w);
+    // Same size, new content: mtime/ctime differ, so the cache must not hide it.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(w.ws.root.join("seed.txt"), "SEED").unwrap();
+    let c2 = cap(&w);
+    let d = checkpoint::diff(&w.reg, &c1.checkpoint_id, &c2.checkpoint_id).unwrap();
+    assert_eq!(d.changes.len(), 1);
+    checkpoint::verify(&w.reg, &c2.checkpoint_id).unwrap();
+}
+
+#[test]
+fn retention_caps_refuse_without_evicting() {
+    let w = setup(r#","max_checkpoints":2"#);
+    cap(&w);
+    cap(&w);
+    let err =
+        checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "capacity_exceeded");
+    assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 2);
+
+    let w = setup(r#","max_checkpoint_bytes":15"#);
+    cap(&w);
+    let err =
+        checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "capacity_exceeded");
+    // Per-capture caps.
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            max_files: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "capacity_exceeded");
+}
+
+#[test]
+fn parent_must_belong_to_the_workspace() {
+    let w = setup("");
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            parent: Some("cp_000000000000000000000000".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "invalid_parent");
+}
+
+#[test]
+fn concurrent_capture_is_in_progress() {
+    let w = setup("");
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let entered_tx = std::sync::Mutex::new(entered_tx);
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let hook = || {
+        entered_tx.lock().unwrap().send(()).unwrap();
+        release_rx.lock().unwrap().recv().unwrap();
+    };
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            checkpoint::capture(
+                &w.reg,
+                &w.ws.workspace_id,
+                &CaptureOptions {
+                    after_copy: Some(&hook),
+                    ..Default::default()
+                },
+            )
+        });
+        entered_rx.recv().unwrap();
+        let err = checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default())
+            .unwrap_err();
+        assert_eq!(err.code(), "in_progress");
+        assert!(err.retryable());
+        release_tx.send(()).unwrap();
+        h.join().unwrap().unwrap();
+    });
+}
+
+fn blob_count(reg: &Registry) -> usize {
+    let mut n = 0;
+    for sub in fs::read_dir(reg.dir().join(".stow/blobs"))
+        .unwrap()
+        .flatten()
+    {
+        n += fs::read_dir(sub.path()).unwrap().count();
+    }
+    n
+}
+
+#[test]
+fn delete_and_gc() {
+    let w = setup("");
+    let c1 = cap(&w);
+    fs::write(w.ws.root.join("extra.txt"), "only in c2").unwrap();
+    let c2 = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            parent: Some(c1.checkpoint_id.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(blob_count(&w.reg), 3);
+    // Refused while a child names it.
+    assert_eq!(
+        checkpoint::delete(&w.reg, &c1.checkpoint_id)
+            .unwrap_err()
+            .code(),
+        "refused"
+    );
+    let d = checkpoint::delete(&w.reg, &c2.checkpoint_id).unwrap();
+    assert_eq!((d.freed_blobs, d.freed_bytes), (1, 10));
+    assert_eq!(blob_count(&w.reg), 2);
+    checkpoint::verify(&w.reg, &c1.checkpoint_id).unwrap();
+    assert_eq!(
+        checkpoint::delete(&w.reg, &c2.checkpoint_id)
+            .unwrap_err()
+            .code(),
+        "not_found"
+    );
+    // Destroy removes the workspace's checkpoints and their blobs.
+    admin::destroy(&w.reg, &w.ws.workspace_id).unwrap();
+    assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 0);
+    assert_eq!(blob_count(&w.reg), 0);
+}
+
+#[test]
+fn teams_do_not_see_each_others_checkpoints() {
+    let w = setup("");
+    let c = cap(&w);
+    let other = Registry::resolve(Some(&w.dir.join("reg")), Some("other")).unwrap();
+    assert_eq!(
+        checkpoint::diff(&other, &c.checkpoint_id, &c.checkpoint_id)
+            .unwrap_err()
+            .code(),
+        "not_found"
+    );
+    let _ = Path::new("");
+}
