@@ -334,6 +334,35 @@ fn object_entry(o: store::ObjectSummary, url: bool) -> Object {
     }
 }
 
+fn contents(objects: Vec<store::ObjectSummary>, url: bool) -> ObjectList {
+    objects.into_iter().map(|o| object_entry(o, url)).collect()
+}
+
+fn common_prefixes(prefixes: Vec<String>, url: bool) -> CommonPrefixList {
+    prefixes
+        .into_iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(if url { url_encode(&p) } else { p }),
+        })
+        .collect()
+}
+
+/// Object properties from an input carrying S3's standard header fields
+/// (put, copy with REPLACE, multipart create all name them alike).
+macro_rules! props_of {
+    ($input:expr) => {
+        store::ObjectProps {
+            content_type: $input.content_type,
+            metadata: metadata_in($input.metadata),
+            content_encoding: stored_encoding($input.content_encoding),
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            expires: $input.expires.as_ref().map(format_http_date).transpose()?,
+        }
+    };
+}
+
 fn wants_url(e: &Option<EncodingType>) -> S3Result<bool> {
     match e {
         None => Ok(false),
@@ -464,15 +493,7 @@ impl S3 for StowS3 {
         .list();
         let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
         let opts = store::PutOptions {
-            props: store::ObjectProps {
-                content_type: input.content_type.clone(),
-                metadata: metadata_in(input.metadata),
-                content_encoding: stored_encoding(input.content_encoding),
-                content_disposition: input.content_disposition,
-                content_language: input.content_language,
-                cache_control: input.cache_control,
-                expires: input.expires.as_ref().map(format_http_date).transpose()?,
-            },
+            props: props_of!(input),
             checksum_algorithm: declared.or(trailer),
             expected_checksums: supplied,
             content_md5: input.content_md5,
@@ -763,15 +784,7 @@ impl S3 for StowS3 {
             ));
         }
         let replace_props = if replace {
-            Some(store::ObjectProps {
-                content_type: input.content_type,
-                metadata: metadata_in(input.metadata),
-                content_encoding: stored_encoding(input.content_encoding),
-                content_disposition: input.content_disposition,
-                content_language: input.content_language,
-                cache_control: input.cache_control,
-                expires: input.expires.as_ref().map(format_http_date).transpose()?,
-            })
+            Some(props_of!(input))
         } else {
             None
         };
@@ -836,20 +849,8 @@ impl S3 for StowS3 {
             next_marker,
             delimiter: input.delimiter.map(enc),
             encoding_type: input.encoding_type,
-            contents: Some(
-                page.objects
-                    .into_iter()
-                    .map(|o| object_entry(o, url))
-                    .collect(),
-            ),
-            common_prefixes: Some(
-                page.common_prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(enc(p)),
-                    })
-                    .collect(),
-            ),
+            contents: Some(contents(page.objects, url)),
+            common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
             ..Default::default()
         }))
     }
@@ -887,20 +888,8 @@ impl S3 for StowS3 {
             start_after: input.start_after.map(enc),
             delimiter: input.delimiter.map(enc),
             encoding_type: input.encoding_type,
-            contents: Some(
-                page.objects
-                    .into_iter()
-                    .map(|o| object_entry(o, url))
-                    .collect(),
-            ),
-            common_prefixes: Some(
-                page.common_prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(enc(p)),
-                    })
-                    .collect(),
-            ),
+            contents: Some(contents(page.objects, url)),
+            common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
             ..Default::default()
         }))
     }
@@ -958,14 +947,7 @@ impl S3 for StowS3 {
                     })
                     .collect(),
             ),
-            common_prefixes: Some(
-                page.common_prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(enc(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
             ..Default::default()
         }))
     }
@@ -998,15 +980,7 @@ impl S3 for StowS3 {
             _ => None,
         });
         let opts = store::CreateUploadOptions {
-            props: store::ObjectProps {
-                content_type: input.content_type,
-                metadata: metadata_in(input.metadata),
-                content_encoding: stored_encoding(input.content_encoding),
-                content_disposition: input.content_disposition,
-                content_language: input.content_language,
-                cache_control: input.cache_control,
-                expires: input.expires.as_ref().map(format_http_date).transpose()?,
-            },
+            props: props_of!(input),
             checksum_algorithm: alg,
             checksum_type: kind,
         };
