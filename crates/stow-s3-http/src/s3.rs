@@ -91,28 +91,21 @@ fn dto_checksum_type(t: store::ChecksumType) -> ChecksumType {
     )
 }
 
-/// The five `x-amz-checksum-*` values, as a caller supplied them.
-struct Supplied<'a> {
-    crc32: &'a Option<String>,
-    crc32c: &'a Option<String>,
-    crc64nvme: &'a Option<String>,
-    sha1: &'a Option<String>,
-    sha256: &'a Option<String>,
-}
-
-impl Supplied<'_> {
-    fn list(&self) -> Vec<(Alg, String)> {
+/// The `x-amz-checksum-*` values a caller supplied, from an input that
+/// names them S3's way (put and upload part alike).
+macro_rules! supplied_checksums {
+    ($input:expr) => {
         [
-            (Alg::Crc32, self.crc32),
-            (Alg::Crc32c, self.crc32c),
-            (Alg::Crc64nvme, self.crc64nvme),
-            (Alg::Sha1, self.sha1),
-            (Alg::Sha256, self.sha256),
+            (Alg::Crc32, &$input.checksum_crc32),
+            (Alg::Crc32c, &$input.checksum_crc32c),
+            (Alg::Crc64nvme, &$input.checksum_crc64nvme),
+            (Alg::Sha1, &$input.checksum_sha1),
+            (Alg::Sha256, &$input.checksum_sha256),
         ]
         .into_iter()
-        .filter_map(|(a, v)| v.clone().map(|v| (a, v)))
-        .collect()
-    }
+        .filter_map(|(a, v): (Alg, &Option<String>)| v.clone().map(|v| (a, v)))
+        .collect::<Vec<_>>()
+    };
 }
 
 /// Output slots for a checksum, one per algorithm.
@@ -483,14 +476,7 @@ impl S3 for StowS3 {
         let trailer = trailer_alg(&req.headers);
         let trailing_checksums = trailing(req.trailing_headers.clone());
         let input = req.input;
-        let supplied = Supplied {
-            crc32: &input.checksum_crc32,
-            crc32c: &input.checksum_crc32c,
-            crc64nvme: &input.checksum_crc64nvme,
-            sha1: &input.checksum_sha1,
-            sha256: &input.checksum_sha256,
-        }
-        .list();
+        let supplied = supplied_checksums!(input);
         let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
         let opts = store::PutOptions {
             props: props_of!(input),
@@ -1006,14 +992,7 @@ impl S3 for StowS3 {
         let trailer = trailer_alg(&req.headers);
         let trailing_checksums = trailing(req.trailing_headers.clone());
         let input = req.input;
-        let supplied = Supplied {
-            crc32: &input.checksum_crc32,
-            crc32c: &input.checksum_crc32c,
-            crc64nvme: &input.checksum_crc64nvme,
-            sha1: &input.checksum_sha1,
-            sha256: &input.checksum_sha256,
-        }
-        .list();
+        let supplied = supplied_checksums!(input);
         let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
         let opts = store::PartOptions {
             content_md5: input.content_md5,
