@@ -41,6 +41,10 @@ enum Suite {
     /// generated 10,000-file tree: first/incremental checkpoint, restore,
     /// disk growth.
     Workspace(SuiteArgs),
+    /// `stow-s3 serve` against s3s-fs and moto_server, driven by a compiled
+    /// SigV4 HTTP/1.1 load generator: 4 KiB PUT/GET at 1 and 16
+    /// connections, large PUT/GET, LIST, server CPU per op, RSS, start time.
+    S3(SuiteArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,7 @@ fn run(cli: &Cli) -> Result<()> {
         Suite::Store(args) => (suites::store::run(args)?, args),
         Suite::Mcp(args) => (suites::mcp::run(args)?, args),
         Suite::Workspace(args) => (suites::workspace::run(args)?, args),
+        Suite::S3(args) => (suites::s3::run(args)?, args),
     };
     print!("{}", report.table());
     if let Some(path) = &args.json {

@@ -76,10 +76,13 @@ impl Report {
         for m in &self.method {
             let _ = writeln!(out, "method: {m}");
         }
-        let peer = self
-            .figures
-            .first()
-            .map_or("peer", |f| f.peer.name.as_str());
+        // One peer name in the header, or "peer" when figures have several.
+        let peer = match self.figures.first() {
+            Some(f) if self.figures.iter().all(|g| g.peer.name == f.peer.name) => {
+                f.peer.name.as_str()
+            }
+            _ => "peer",
+        };
         let ours = self
             .figures
             .first()
