@@ -99,7 +99,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn configure(conn: &Connection, cache_bytes: u64) -> Result<()> {
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;
+        // busy_timeout first: switching to WAL needs a lock that another
+        // connection closing the database may briefly hold.
+        "PRAGMA busy_timeout=10000; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
          PRAGMA cache_size=-{}; PRAGMA temp_store=MEMORY;",
         (cache_bytes / 1024).max(64)
     ))?;
