@@ -393,6 +393,43 @@ fn checksum_enabled(mode: &Option<ChecksumMode>) -> bool {
         .is_some_and(|m| m.as_str().eq_ignore_ascii_case("ENABLED"))
 }
 
+/// Maps a read-condition verdict to S3's answer (304 or 412).
+fn read_condition(check: store::ConditionCheck) -> S3Result<()> {
+    match check {
+        store::ConditionCheck::Pass => Ok(()),
+        store::ConditionCheck::NotModified => Err(s3_error!(NotModified)),
+        store::ConditionCheck::PreconditionFailed => Err(s3_error!(
+            PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold"
+        )),
+    }
+}
+
+/// The object headers GetObject and HeadObject share (their output types
+/// name the fields alike), as a struct-update base.
+macro_rules! object_output {
+    ($ty:ident, $meta:expr, $c:expr) => {
+        $ty {
+            e_tag: Some(etag(&$meta.etag)),
+            last_modified: Some(timestamp($meta.last_modified_ns)),
+            content_type: $meta.props.content_type.clone(),
+            content_encoding: $meta.props.content_encoding.clone(),
+            content_disposition: $meta.props.content_disposition.clone(),
+            content_language: $meta.props.content_language.clone(),
+            cache_control: $meta.props.cache_control.clone(),
+            expires: $meta.props.expires.as_deref().and_then(parse_http_date),
+            metadata: metadata_out(&$meta.props.metadata),
+            checksum_crc32: $c.crc32,
+            checksum_crc32c: $c.crc32c,
+            checksum_crc64nvme: $c.crc64nvme,
+            checksum_sha1: $c.sha1,
+            checksum_sha256: $c.sha256,
+            checksum_type: $c.kind,
+            ..Default::default()
+        }
+    };
+}
+
 #[async_trait::async_trait]
 impl S3 for StowS3 {
     async fn create_bucket(
@@ -539,16 +576,7 @@ impl S3 for StowS3 {
                 Err(StoreError::InvalidRange { size }) => return Err(invalid_range(size)),
                 r => r.map_err(to_s3)?,
             };
-            match conditions.check(&read.meta) {
-                store::ConditionCheck::Pass => {}
-                store::ConditionCheck::NotModified => return Err(s3_error!(NotModified)),
-                store::ConditionCheck::PreconditionFailed => {
-                    return Err(s3_error!(
-                        PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold"
-                    ))
-                }
-            }
+            read_condition(conditions.check(&read.meta))?;
             let len = read.body.len();
             let body = response_body(read.body).map_err(S3Error::internal_error)?;
             Ok((read.meta, read.range, len, body))
@@ -574,23 +602,8 @@ impl S3 for StowS3 {
             accept_ranges: Some("bytes".into()),
             content_length: Some(len as i64),
             content_range: content_range.clone(),
-            e_tag: Some(etag(&meta.etag)),
-            last_modified: Some(timestamp(meta.last_modified_ns)),
-            content_type: meta.props.content_type.clone(),
-            content_encoding: meta.props.content_encoding.clone(),
-            content_disposition: meta.props.content_disposition.clone(),
-            content_language: meta.props.content_language.clone(),
-            cache_control: meta.props.cache_control.clone(),
-            expires: meta.props.expires.as_deref().and_then(parse_http_date),
-            metadata: metadata_out(&meta.props.metadata),
             parts_count: part.and(parts_count),
-            checksum_crc32: c.crc32,
-            checksum_crc32c: c.crc32c,
-            checksum_crc64nvme: c.crc64nvme,
-            checksum_sha1: c.sha1,
-            checksum_sha256: c.sha256,
-            checksum_type: c.kind,
-            ..Default::default()
+            ..object_output!(GetObjectOutput, meta, c)
         });
         if content_range.is_some() {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
@@ -613,11 +626,7 @@ impl S3 for StowS3 {
         let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
         let meta = blocking(move || store.head_object(&bucket, &key)).await?;
-        match conditions.check(&meta) {
-            store::ConditionCheck::Pass => {}
-            store::ConditionCheck::NotModified => return Err(s3_error!(NotModified)),
-            store::ConditionCheck::PreconditionFailed => return Err(s3_error!(PreconditionFailed)),
-        }
+        read_condition(conditions.check(&meta))?;
         let (length, content_range, parts_count) = match input.part_number {
             Some(n) if n >= 1 && (n as usize) <= meta.parts.len().max(1) => {
                 let sizes: Vec<u64> = if meta.parts.is_empty() {
@@ -647,23 +656,8 @@ impl S3 for StowS3 {
             accept_ranges: Some("bytes".into()),
             content_length: Some(length as i64),
             content_range: content_range.clone(),
-            e_tag: Some(etag(&meta.etag)),
-            last_modified: Some(timestamp(meta.last_modified_ns)),
-            content_type: meta.props.content_type.clone(),
-            content_encoding: meta.props.content_encoding.clone(),
-            content_disposition: meta.props.content_disposition.clone(),
-            content_language: meta.props.content_language.clone(),
-            cache_control: meta.props.cache_control.clone(),
-            expires: meta.props.expires.as_deref().and_then(parse_http_date),
-            metadata: metadata_out(&meta.props.metadata),
             parts_count,
-            checksum_crc32: c.crc32,
-            checksum_crc32c: c.crc32c,
-            checksum_crc64nvme: c.crc64nvme,
-            checksum_sha1: c.sha1,
-            checksum_sha256: c.sha256,
-            checksum_type: c.kind,
-            ..Default::default()
+            ..object_output!(HeadObjectOutput, meta, c)
         });
         if content_range.is_some() {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
