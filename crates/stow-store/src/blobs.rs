@@ -76,6 +76,62 @@ impl Staged {
     }
 }
 
+impl Staged {
+    /// Moves the received body to `path` as a durable file with permission
+    /// bits `mode`, replacing whatever is there atomically. A large body's
+    /// staged file is renamed (no bytes copied); a small one is written to a
+    /// staged file first, so `path` never holds a partial body.
+    pub fn persist_as(mut self, path: &Path, mode: u32) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let staged_path = match &*self.store {
+            BlobStore::Disk { tmp, .. } => tmp.join(self.id.file_name()),
+            BlobStore::Memory { .. } => dir.join(format!(".stow-put-{}", self.id.file_name())),
+        };
+        let body = match (&self.inline, &*self.store) {
+            (Some(bytes), _) => Some(bytes.clone()),
+            (None, BlobStore::Memory { staged, .. }) => {
+                lock(staged).get(&self.id).map(|b| b.to_vec())
+            }
+            (None, BlobStore::Disk { .. }) => None,
+        };
+        let result = (|| {
+            if let Some(bytes) = body {
+                let mut f = File::create_new(&staged_path)?;
+                f.write_all(&bytes)?;
+                f.sync_all()?;
+            }
+            fs::set_permissions(&staged_path, fs::Permissions::from_mode(mode))?;
+            match fs::rename(&staged_path, path) {
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    // The store lives on another filesystem: copy beside the
+                    // target, then rename there.
+                    let beside = dir.join(format!(".stow-put-{}", self.id.file_name()));
+                    let copied = fs::copy(&staged_path, &beside)
+                        .and_then(|_| File::open(&beside)?.sync_all())
+                        .and_then(|()| fs::rename(&beside, path));
+                    if copied.is_err() {
+                        let _ = fs::remove_file(&beside);
+                    }
+                    copied?;
+                    let _ = fs::remove_file(&staged_path);
+                }
+                other => other?,
+            }
+            sync_dir(dir)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&staged_path);
+        }
+        self.store.discard(self.id);
+        self.armed = false;
+        result
+    }
+}
+
 impl Drop for Staged {
     fn drop(&mut self) {
         if self.armed && self.inline.is_none() {

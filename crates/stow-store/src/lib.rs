@@ -16,6 +16,7 @@
 //!
 //! This crate knows nothing about HTTP, JSON-RPC or the CLI.
 
+mod backend;
 mod blobs;
 mod checksum;
 mod db;
@@ -29,12 +30,14 @@ mod record;
 mod store;
 pub mod validate;
 
+pub use backend::ObjectBackend;
 pub use checksum::{decode_content_md5, Checksum, ChecksumAlgorithm, ChecksumType};
 pub use error::{Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
+pub use list::page_of_sorted;
 pub use model::*;
 pub use multipart::MIN_PART_SIZE;
-pub use store::{ConditionCheck, ObjectBody, ObjectRead, Store, LOCK_FILE};
+pub use store::{ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE};
 
 /// Lowercase hex of bytes.
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -108,6 +108,56 @@ pub(crate) fn list(conn: &Connection, bucket: i64, q: &ListQuery) -> Result<List
     Ok(page)
 }
 
+/// Pages an in-memory listing with the same rules as the store's index
+/// scan: `objects` must be in key byte order. For backends whose objects
+/// are not all in the index (a workspace's files).
+pub fn page_of_sorted(
+    objects: impl IntoIterator<Item = ObjectSummary>,
+    q: &ListQuery,
+) -> Result<ListPage> {
+    if q.delimiter.as_deref() == Some("") {
+        return Err(StoreError::InvalidArgument {
+            reason: "delimiter must not be empty".into(),
+        });
+    }
+    let mut page = ListPage::default();
+    if q.max_keys == 0 {
+        return Ok(page);
+    }
+    let after = q.start_after.as_deref().unwrap_or("");
+    let full = |p: &ListPage| p.objects.len() + p.common_prefixes.len() >= q.max_keys;
+    for o in objects {
+        if !o.key.starts_with(&q.prefix) || o.key.as_str() <= after {
+            continue;
+        }
+        let rolled = q.delimiter.as_deref().and_then(|d| {
+            o.key[q.prefix.len()..]
+                .find(d)
+                .map(|i| &o.key[..q.prefix.len() + i + d.len()])
+        });
+        if let Some(cp) = rolled {
+            if cp <= after || page.common_prefixes.last().map(String::as_str) == Some(cp) {
+                continue;
+            }
+            if full(&page) {
+                page.is_truncated = true;
+                break;
+            }
+            page.common_prefixes.push(cp.to_string());
+            continue;
+        }
+        if full(&page) {
+            page.is_truncated = true;
+            break;
+        }
+        page.objects.push(o);
+    }
+    if page.is_truncated {
+        page.next_marker = last_entry(&page);
+    }
+    Ok(page)
+}
+
 fn last_entry(page: &ListPage) -> Option<String> {
     let k = page.objects.last().map(|o| o.key.clone());
     let p = page.common_prefixes.last().cloned();

@@ -356,6 +356,29 @@ impl Store {
         Ok(meta)
     }
 
+    /// Receives and verifies a body exactly as [`Store::put_object`] would
+    /// (Content-MD5, announced and trailing checksums), without storing an
+    /// object. The caller decides where the bytes go: see
+    /// [`ReceivedBody::persist_as`]. Dropping the result discards them.
+    pub fn receive(&self, body: &mut dyn Read, opts: PutOptions) -> Result<ReceivedBody> {
+        let props = validate::normalize_props(opts.props)?;
+        let (staged, checksum) = self.stage_verified(
+            body,
+            opts.checksum_algorithm,
+            &opts.expected_checksums,
+            opts.content_md5.as_deref(),
+            opts.trailing_checksums,
+            false,
+        )?;
+        Ok(ReceivedBody {
+            size: staged.digests.size,
+            etag: checksum::etag_of_md5(&staged.digests.md5),
+            checksum,
+            props,
+            staged,
+        })
+    }
+
     /// Describes an object, or `no_such_key`.
     pub fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
         validate::bucket_name(bucket)?;
@@ -533,19 +556,28 @@ pub(crate) fn check_write_condition(
     bucket: &str,
     key: &str,
 ) -> Result<()> {
-    match (cond, old) {
-        (WriteCondition::Always, _) | (WriteCondition::IfAbsent, None) => Ok(()),
-        (WriteCondition::IfAbsent, Some(_)) => Err(StoreError::PreconditionFailed {
-            reason: "the object already exists",
-        }),
-        (WriteCondition::IfMatch(_), None) => Err(no_such_key(bucket, key)),
-        (WriteCondition::IfMatch(tag), Some(old)) => {
-            if record::etag_matches(tag, &old.etag) {
-                Ok(())
-            } else {
-                Err(StoreError::PreconditionFailed {
-                    reason: "the object's ETag does not match",
-                })
+    cond.check(old.map(|o| o.etag.as_str()), bucket, key)
+}
+
+impl WriteCondition {
+    /// Checks the condition against the ETag of the object now at
+    /// `bucket/key` (`None` when there is none), with the store's errors:
+    /// `precondition_failed`, or `no_such_key` for `If-Match` on nothing.
+    pub fn check(&self, current_etag: Option<&str>, bucket: &str, key: &str) -> Result<()> {
+        match (self, current_etag) {
+            (WriteCondition::Always, _) | (WriteCondition::IfAbsent, None) => Ok(()),
+            (WriteCondition::IfAbsent, Some(_)) => Err(StoreError::PreconditionFailed {
+                reason: "the object already exists",
+            }),
+            (WriteCondition::IfMatch(_), None) => Err(no_such_key(bucket, key)),
+            (WriteCondition::IfMatch(tag), Some(etag)) => {
+                if record::etag_matches(tag, etag) {
+                    Ok(())
+                } else {
+                    Err(StoreError::PreconditionFailed {
+                        reason: "the object's ETag does not match",
+                    })
+                }
             }
         }
     }
@@ -590,6 +622,37 @@ impl ReadConditions {
     }
 }
 
+/// A verified body not stored as an object (see [`Store::receive`]).
+pub struct ReceivedBody {
+    /// Bytes received.
+    pub size: u64,
+    /// The quoted MD5 ETag of the bytes.
+    pub etag: String,
+    /// The full-object checksum kept for the body, if one was asked for.
+    pub checksum: Option<Checksum>,
+    /// The properties of the request, normalized.
+    pub props: ObjectProps,
+    staged: Staged,
+}
+
+impl std::fmt::Debug for ReceivedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceivedBody")
+            .field("size", &self.size)
+            .field("etag", &self.etag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReceivedBody {
+    /// Moves the bytes to `path` as a durable file with permission bits
+    /// `mode`, atomically replacing what is there; the parent directory
+    /// must exist. Large bodies are renamed, not copied.
+    pub fn persist_as(self, path: &Path, mode: u32) -> Result<()> {
+        self.staged.persist_as(path, mode).map_err(StoreError::from)
+    }
+}
+
 /// An object opened for reading: its metadata and a reader over its bytes.
 #[derive(Debug)]
 pub struct ObjectRead {
@@ -604,11 +667,12 @@ enum Piece {
     /// A file blob not yet opened, with the offset to start at and bytes to take.
     Blob(BlobId, u64, u64),
     Open(io::Take<BlobReader>),
+    File(io::Take<File>),
 }
 
 /// Streams an object's bytes (or a range of them) across its blobs.
 pub struct ObjectBody {
-    blobs: Arc<BlobStore>,
+    blobs: Option<Arc<BlobStore>>,
     pieces: std::collections::VecDeque<Piece>,
     len: u64,
 }
@@ -659,8 +723,19 @@ impl ObjectBody {
             }
         }
         Ok(ObjectBody {
-            blobs: Arc::clone(blobs),
+            blobs: Some(Arc::clone(blobs)),
             pieces,
+            len,
+        })
+    }
+
+    /// A body of `len` bytes of `file` from `offset`, for backends whose
+    /// objects are plain files.
+    pub fn from_file(mut file: File, offset: u64, len: u64) -> io::Result<Self> {
+        file.seek(SeekFrom::Start(offset))?;
+        Ok(ObjectBody {
+            blobs: None,
+            pieces: std::collections::VecDeque::from([Piece::File(file.take(len))]),
             len,
         })
     }
@@ -705,21 +780,28 @@ impl Read for ObjectBody {
                     n
                 }
                 Piece::Blob(id, from, take) => {
-                    let opened = open_at(&self.blobs, *id, *from, *take)
+                    let Some(blobs) = &self.blobs else {
+                        return Err(io::Error::other("blob body without a blob store"));
+                    };
+                    let opened = open_at(blobs, *id, *from, *take)
                         .map_err(|e| io::Error::other(e.to_string()))?;
                     *front = Piece::Open(opened);
                     continue;
                 }
                 Piece::Open(r) => r.read(buf)?,
+                Piece::File(r) => r.read(buf)?,
             };
             if n == 0 && !buf.is_empty() {
-                if let Piece::Open(r) = front {
-                    if r.limit() > 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "blob is shorter than its record",
-                        ));
-                    }
+                let left = match front {
+                    Piece::Open(r) => r.limit(),
+                    Piece::File(r) => r.limit(),
+                    _ => 0,
+                };
+                if left > 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "body is shorter than its record",
+                    ));
                 }
                 self.pieces.pop_front();
                 continue;

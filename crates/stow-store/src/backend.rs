@@ -1,0 +1,223 @@
+//! [`ObjectBackend`]: the object operations a protocol server needs, so one
+//! server can serve a [`Store`] or a view built on one (a workspace bucket).
+
+use std::io::Read;
+
+use crate::error::Result;
+use crate::model::*;
+use crate::store::{ObjectRead, Store};
+
+/// Buckets, objects, listing and multipart uploads with S3 semantics.
+///
+/// [`Store`] is the reference implementation; every other implementation
+/// keeps its contract: the same errors for the same mistakes, writes that
+/// are atomic and durable when they return.
+pub trait ObjectBackend: Send + Sync + 'static {
+    /// Whether objects outlive the process.
+    fn is_persistent(&self) -> bool;
+    /// Name of the backend for status reports.
+    fn backend_name(&self) -> &'static str {
+        if self.is_persistent() {
+            "filesystem"
+        } else {
+            "memory"
+        }
+    }
+    /// Current logical usage.
+    fn usage(&self) -> Result<Usage>;
+    /// Creates a bucket; `false` when it already existed.
+    fn create_bucket(&self, name: &str) -> Result<bool>;
+    /// Describes a bucket, or `no_such_bucket`.
+    fn head_bucket(&self, name: &str) -> Result<BucketInfo>;
+    /// Every bucket, by name.
+    fn list_buckets(&self) -> Result<Vec<BucketInfo>>;
+    /// Deletes an empty bucket.
+    fn delete_bucket(&self, name: &str) -> Result<()>;
+    /// Stores an object from a streamed body.
+    fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &mut dyn Read,
+        opts: PutOptions,
+    ) -> Result<ObjectMeta>;
+    /// Describes an object, or `no_such_key`.
+    fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectMeta>;
+    /// Opens an object for reading, whole or one byte range.
+    fn get_object(&self, bucket: &str, key: &str, range: Option<ByteRange>) -> Result<ObjectRead>;
+    /// Opens one part of an object.
+    fn get_object_part(&self, bucket: &str, key: &str, part_number: u32) -> Result<ObjectRead>;
+    /// Deletes an object; `false` when there was none.
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<bool>;
+    /// Copies an object.
+    fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+    ) -> Result<ObjectMeta>;
+    /// Lists a bucket in key byte order.
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
+    /// Starts a multipart upload.
+    fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        opts: CreateUploadOptions,
+    ) -> Result<UploadInfo>;
+    /// Stores one part of an upload.
+    fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: i64,
+        body: &mut dyn Read,
+        opts: PartOptions,
+    ) -> Result<PartInfo>;
+    /// Lists an upload's parts after `marker`.
+    fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        marker: u32,
+        max_parts: usize,
+    ) -> Result<PartsPage>;
+    /// Lists a bucket's uploads in progress.
+    fn list_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        key_marker: Option<&str>,
+        upload_id_marker: Option<&str>,
+        max_uploads: usize,
+    ) -> Result<UploadsPage>;
+    /// Abandons an upload and its parts.
+    fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()>;
+    /// Joins an upload's parts into an object.
+    fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+    ) -> Result<ObjectMeta>;
+}
+
+impl ObjectBackend for Store {
+    fn is_persistent(&self) -> bool {
+        Store::is_persistent(self)
+    }
+    fn usage(&self) -> Result<Usage> {
+        Store::usage(self)
+    }
+    fn create_bucket(&self, name: &str) -> Result<bool> {
+        Store::create_bucket(self, name)
+    }
+    fn head_bucket(&self, name: &str) -> Result<BucketInfo> {
+        Store::head_bucket(self, name)
+    }
+    fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        Store::list_buckets(self)
+    }
+    fn delete_bucket(&self, name: &str) -> Result<()> {
+        Store::delete_bucket(self, name)
+    }
+    fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &mut dyn Read,
+        opts: PutOptions,
+    ) -> Result<ObjectMeta> {
+        Store::put_object(self, bucket, key, body, opts)
+    }
+    fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
+        Store::head_object(self, bucket, key)
+    }
+    fn get_object(&self, bucket: &str, key: &str, range: Option<ByteRange>) -> Result<ObjectRead> {
+        Store::get_object(self, bucket, key, range)
+    }
+    fn get_object_part(&self, bucket: &str, key: &str, part_number: u32) -> Result<ObjectRead> {
+        Store::get_object_part(self, bucket, key, part_number)
+    }
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        Store::delete_object(self, bucket, key)
+    }
+    fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+    ) -> Result<ObjectMeta> {
+        Store::copy_object(self, src_bucket, src_key, dst_bucket, dst_key, opts)
+    }
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
+        Store::list_objects(self, bucket, query)
+    }
+    fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        opts: CreateUploadOptions,
+    ) -> Result<UploadInfo> {
+        Store::create_upload(self, bucket, key, opts)
+    }
+    fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: i64,
+        body: &mut dyn Read,
+        opts: PartOptions,
+    ) -> Result<PartInfo> {
+        Store::upload_part(self, bucket, key, upload_id, part_number, body, opts)
+    }
+    fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        marker: u32,
+        max_parts: usize,
+    ) -> Result<PartsPage> {
+        Store::list_parts(self, bucket, key, upload_id, marker, max_parts)
+    }
+    fn list_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        key_marker: Option<&str>,
+        upload_id_marker: Option<&str>,
+        max_uploads: usize,
+    ) -> Result<UploadsPage> {
+        Store::list_uploads(
+            self,
+            bucket,
+            prefix,
+            key_marker,
+            upload_id_marker,
+            max_uploads,
+        )
+    }
+    fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        Store::abort_upload(self, bucket, key, upload_id)
+    }
+    fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+    ) -> Result<ObjectMeta> {
+        Store::complete_upload(self, bucket, key, upload_id, listed, condition)
+    }
+}
