@@ -74,3 +74,29 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return False
+
+
+class WorkspaceServer(S3Server):
+    """A running `stow-s3 workspace serve` for one registered workspace."""
+
+    def __init__(self, stow_bin, workspace_id, registry_dir, *extra):
+        read_fd, write_fd = os.pipe()
+        args = [
+            stow_bin, "workspace", "serve", "--id", workspace_id,
+            "--registry-dir", str(registry_dir), "--ready-fd", str(write_fd), *extra,
+        ]
+        self.proc = subprocess.Popen(
+            args, pass_fds=(write_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as ready:
+            line = ready.readline()
+        if not line:
+            out, err = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"workspace server did not become ready: rc={self.proc.returncode} {err.decode()}")
+        self.ready = json.loads(line)
+        self.endpoint = self.ready["endpoint"]
+        self.access_key = self.ready["access_key_id"]
+        self.secret_key = self.ready["secret_access_key"]
+        self.bucket = self.ready["bucket"]
+        self.root = self.ready["root"]

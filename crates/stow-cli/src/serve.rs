@@ -76,7 +76,96 @@ pub struct ServeArgs {
     admin_token: Option<String>,
 }
 
-fn refuse(code: &str, message: impl Into<String>) -> CliError {
+/// `stow-s3 workspace serve`.
+#[derive(Args)]
+pub struct WorkspaceServeArgs {
+    /// Workspace ID.
+    #[arg(long)]
+    id: String,
+    #[command(flatten)]
+    pub(crate) registry: crate::workspace::RegistryArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on; 0 (the default) picks a free one.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Access key clients sign with (else STOW_LOCAL_ACCESS_KEY_ID, else generated).
+    #[arg(long)]
+    access_key: Option<String>,
+    /// Secret key clients sign with (else STOW_LOCAL_SECRET_ACCESS_KEY, else generated).
+    #[arg(long)]
+    secret_key: Option<String>,
+    /// Region in the credential scope.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Largest request body (default 5 GiB).
+    #[arg(long, default_value_t = 5 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_request_bytes: u64,
+    /// Requests served at once; more get 503 SlowDown.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_concurrent_requests: u64,
+    /// Write the readiness JSON line to this inherited descriptor instead of stdout.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(3..))]
+    ready_fd: Option<i32>,
+    /// Exit when this process (which must be the parent) exits.
+    #[arg(long)]
+    parent_pid: Option<i32>,
+}
+
+/// Serves a workspace's bucket view until SIGINT/SIGTERM. Readiness is one
+/// JSON line (`version: 1`) on `--ready-fd`, else on stdout.
+pub fn run_workspace(
+    registry: &stow_workspace::Registry,
+    args: WorkspaceServeArgs,
+) -> Result<serde_json::Value, CliError> {
+    if args.region.trim().is_empty() {
+        return Err(refuse("invalid_argument", "--region must not be empty"));
+    }
+    if let Some(pid) = args.parent_pid {
+        watch_parent(pid)?;
+    }
+    let served = stow_workspace::bucket::serve_workspace(registry, &args.id)?;
+    let (access_key, secret_key) = credentials(args.access_key.clone(), args.secret_key.clone());
+    let record = served.record;
+    let config = ServerConfig {
+        store: std::sync::Arc::new(served.view),
+        access_key: access_key.clone(),
+        secret_key: secret_key.clone(),
+        region: args.region.clone(),
+        read_only: false,
+        max_request_bytes: args.max_request_bytes,
+        max_concurrent_requests: args.max_concurrent_requests as usize,
+        cors_origins: Vec::new(),
+        admin_token: None,
+        base_host: None,
+    };
+    run_server(config, SocketAddr::new(args.host, args.port), |endpoint| {
+        let ready = serde_json::json!({
+            "version": 1,
+            "workspace_id": record.id,
+            "root": record.dir,
+            "bucket": record.bucket,
+            "endpoint": endpoint,
+            "region": args.region,
+            "access_key_id": access_key,
+            "secret_access_key": secret_key,
+        })
+        .to_string();
+        match args.ready_fd {
+            Some(fd) => write_ready_fd(fd, &ready),
+            None => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{ready}");
+                let _ = out.flush();
+                Ok(())
+            }
+        }
+    })?;
+    Ok(serde_json::Value::Null)
+}
+
+pub(crate) fn refuse(code: &str, message: impl Into<String>) -> CliError {
     CliError {
         code: code.into(),
         message: message.into(),
@@ -89,16 +178,13 @@ fn random_key(len: usize, alphabet: &[u8]) -> String {
         .collect()
 }
 
-fn credentials(args: &ServeArgs) -> (String, String) {
+pub(crate) fn credentials(
+    access_key: Option<String>,
+    secret_key: Option<String>,
+) -> (String, String) {
     let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let access = args
-        .access_key
-        .clone()
-        .or_else(|| from_env("STOW_LOCAL_ACCESS_KEY_ID"));
-    let secret = args
-        .secret_key
-        .clone()
-        .or_else(|| from_env("STOW_LOCAL_SECRET_ACCESS_KEY"));
+    let access = access_key.or_else(|| from_env("STOW_LOCAL_ACCESS_KEY_ID"));
+    let secret = secret_key.or_else(|| from_env("STOW_LOCAL_SECRET_ACCESS_KEY"));
     match (access, secret) {
         (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => (a, s),
         _ => (
@@ -115,7 +201,7 @@ fn credentials(args: &ServeArgs) -> (String, String) {
 }
 
 /// Arms parent-death delivery of SIGTERM; refuses a pid that is not our parent.
-fn watch_parent(pid: i32) -> Result<(), CliError> {
+pub(crate) fn watch_parent(pid: i32) -> Result<(), CliError> {
     // SAFETY: getppid and prctl take plain integers and touch no memory of ours.
     let parent = unsafe { libc::getppid() };
     if parent != pid {
@@ -143,7 +229,7 @@ fn watch_parent(pid: i32) -> Result<(), CliError> {
     Ok(())
 }
 
-fn write_ready_fd(fd: i32, line: &str) -> Result<(), CliError> {
+pub(crate) fn write_ready_fd(fd: i32, line: &str) -> Result<(), CliError> {
     use std::os::fd::FromRawFd as _;
     // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
@@ -172,7 +258,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
     if let Some(pid) = args.parent_pid {
         watch_parent(pid)?;
     }
-    let (access_key, secret_key) = credentials(&args);
+    let (access_key, secret_key) = credentials(args.access_key.clone(), args.secret_key.clone());
     let opts = StoreOptions {
         max_bytes: (args.max_bytes > 0).then_some(args.max_bytes),
         max_objects: (args.max_objects > 0).then_some(args.max_objects),
@@ -183,7 +269,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         Backend::Memory => Store::memory(opts)?,
     };
     let config = ServerConfig {
-        store,
+        store: std::sync::Arc::new(store),
         access_key: access_key.clone(),
         secret_key: secret_key.clone(),
         region: args.region.clone(),
@@ -194,24 +280,14 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
         base_host: args.base_host.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| refuse("unavailable", format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(async move {
-        let server = Server::bind(SocketAddr::new(args.host, args.port), config)
-            .await
-            .map_err(|e| refuse("address_in_use", format!("cannot listen on {}:{}: {e}", args.host, args.port)))?;
-        let shutdown = shutdown_signal()?;
-        let bound = server.local_addr();
-        let shown = if bound.ip().is_unspecified() {
-            SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port())
-        } else {
-            bound
-        };
-        let endpoint = format!("http://{shown}");
-        tracing::info!("stow listening on {endpoint} (mode=local)");
-        match args.ready_fd {
+    let backend_name = match args.backend {
+        Backend::Filesystem => "filesystem",
+        Backend::Memory => "memory",
+    };
+    run_server(
+        config,
+        SocketAddr::new(args.host, args.port),
+        |endpoint| match args.ready_fd {
             Some(fd) => {
                 let ready = serde_json::json!({
                     "protocolVersion": 1,
@@ -221,7 +297,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
                     "accessKeyId": access_key,
                     "secretAccessKey": secret_key,
                     "mode": "local",
-                    "backend": match args.backend { Backend::Filesystem => "filesystem", Backend::Memory => "memory" },
+                    "backend": backend_name,
                     "capabilities": {
                         "persistent": args.backend == Backend::Filesystem,
                         "multipart": true,
@@ -234,7 +310,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
                         "maxConcurrentRequests": args.max_concurrent_requests,
                     },
                 });
-                write_ready_fd(fd, &ready.to_string())?;
+                write_ready_fd(fd, &ready.to_string())
             }
             None => {
                 let mut out = std::io::stdout().lock();
@@ -243,13 +319,42 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
                     "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local"
                 );
                 let _ = out.flush();
+                Ok(())
             }
-        }
+        },
+    )?;
+    Ok(serde_json::Value::Null)
+}
+
+/// Binds `addr`, calls `announce` with the endpoint once the server is
+/// ready, and serves until SIGINT/SIGTERM, then drains for up to 10 s.
+pub(crate) fn run_server(
+    config: ServerConfig,
+    addr: SocketAddr,
+    announce: impl FnOnce(&str) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| refuse("unavailable", format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let server = Server::bind(addr, config)
+            .await
+            .map_err(|e| refuse("address_in_use", format!("cannot listen on {addr}: {e}")))?;
+        let shutdown = shutdown_signal()?;
+        let bound = server.local_addr();
+        let shown = if bound.ip().is_unspecified() {
+            SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port())
+        } else {
+            bound
+        };
+        let endpoint = format!("http://{shown}");
+        tracing::info!("stow listening on {endpoint} (mode=local)");
+        announce(&endpoint)?;
         server.run(shutdown, Duration::from_secs(10)).await;
         tracing::info!("stopped; data directory released");
         Ok::<(), CliError>(())
-    })?;
-    Ok(serde_json::Value::Null)
+    })
 }
 
 /// Installs the SIGINT/SIGTERM handlers now (before readiness is

@@ -62,6 +62,9 @@ pub enum WorkspaceCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Serve the workspace's bucket view over S3 (files are objects of its
+    /// bucket); the workspace is claimed while the server runs.
+    Serve(crate::serve::WorkspaceServeArgs),
     /// Write a same-machine handoff document (version 1).
     Handoff {
         #[arg(long)]
@@ -227,6 +230,10 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 message: "resume needs --id or --handoff".into(),
             }),
         },
+        C::Serve(args) => {
+            let registry = args.registry.open()?;
+            crate::serve::run_workspace(&registry, args)
+        }
         C::Handoff {
             id,
             checkpoint_id,

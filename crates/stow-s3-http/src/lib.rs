@@ -1,4 +1,5 @@
-//! The S3 wire protocol over a [`stow_store::Store`].
+//! The S3 wire protocol over a [`stow_store::ObjectBackend`]: a store, or a
+//! workspace's bucket view.
 //!
 //! [`Server`] accepts HTTP/1.1 connections and runs each request through a
 //! short pipeline before the S3 operation itself: admin routes
@@ -26,7 +27,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::host::{S3Host, VirtualHost};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{s3_error, S3Error, S3Result};
-use stow_store::Store;
+use stow_store::ObjectBackend;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -35,7 +36,8 @@ pub use s3::StowS3;
 /// Everything a server needs besides its listening socket.
 #[derive(Clone)]
 pub struct ServerConfig {
-    pub store: Store,
+    /// The objects served.
+    pub store: std::sync::Arc<dyn ObjectBackend>,
     pub access_key: String,
     pub secret_key: String,
     pub region: String,
@@ -443,7 +445,7 @@ impl Handler {
                         "mode": "local",
                         "listen": self.listen.to_string(),
                         "region": self.config.region,
-                        "backend": if store.is_persistent() { "filesystem" } else { "memory" },
+                        "backend": store.backend_name(),
                         "read_only": self.config.read_only,
                         "bucket_count": buckets,
                         "object_count": usage.objects,

@@ -1,4 +1,4 @@
-//! The S3 operations, mapped onto `stow_store::Store`. No storage logic
+//! The S3 operations, mapped onto a `stow_store::ObjectBackend`. No storage logic
 //! lives here: each operation converts its input, calls the store on a
 //! blocking thread, and converts the result.
 
@@ -7,8 +7,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+use std::sync::Arc;
 use stow_store as store;
-use stow_store::{ByteRange, ChecksumAlgorithm as Alg, ObjectMeta, Store, StoreError};
+
+use stow_store::{ByteRange, ChecksumAlgorithm as Alg, ObjectBackend, ObjectMeta, StoreError};
 
 use crate::body::{request_reader, response_body};
 use crate::errors::to_s3;
@@ -16,14 +18,14 @@ use crate::errors::to_s3;
 /// The S3 service over one store.
 #[derive(Clone)]
 pub struct StowS3 {
-    pub(crate) store: Store,
+    pub(crate) store: Arc<dyn ObjectBackend>,
     pub(crate) read_only: bool,
     pub(crate) region: String,
 }
 
 impl StowS3 {
     /// A service over `store`; `read_only` refuses every mutation.
-    pub fn new(store: Store, read_only: bool, region: impl Into<String>) -> Self {
+    pub fn new(store: Arc<dyn ObjectBackend>, read_only: bool, region: impl Into<String>) -> Self {
         Self {
             store,
             read_only,
@@ -51,6 +53,9 @@ async fn blocking<T: Send + 'static>(
         Err(e) => Err(S3Error::internal_error(e)),
     }
 }
+
+/// The type of an object stored without one.
+const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 fn etag(stored: &str) -> ETag {
     ETag::Strong(stored.trim_matches('"').to_string())
@@ -412,7 +417,14 @@ macro_rules! object_output {
         $ty {
             e_tag: Some(etag(&$meta.etag)),
             last_modified: Some(timestamp($meta.last_modified_ns)),
-            content_type: $meta.props.content_type.clone(),
+            // S3 reports the default type of objects stored without one.
+            content_type: Some(
+                $meta
+                    .props
+                    .content_type
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_string()),
+            ),
             content_encoding: $meta.props.content_encoding.clone(),
             content_disposition: $meta.props.content_disposition.clone(),
             content_language: $meta.props.content_language.clone(),

@@ -1,22 +1,42 @@
 //! The workspace bucket view (D4): the primary bucket's objects are the
 //! files under the root (key = slash path, `.stow` and `.git` excluded); a
 //! PUT with a portable key writes a real file atomically. Keys that are not
-//! portable paths, and every other bucket, live in a private `stow-store`
-//! under `<root>/.stow/objects`.
+//! portable paths, keys whose path is blocked (a directory where the file
+//! would go, or a file where a directory would), and every other bucket live
+//! in a private `stow-store` under `<root>/.stow/objects`.
 //!
-//! Files carry default properties; properties of file-backed objects are
-//! not yet persisted (a later stage keeps them in `.stow`).
+//! Properties of file-backed objects written through the view (content
+//! type, metadata, checksum, multipart ETag and parts) are kept in
+//! `<root>/.stow/file-props.db`, tied to the file's stamp (size, mtime,
+//! ctime, inode). A file changed behind the view's back no longer matches
+//! its stamp: it gets default properties and a fresh MD5 ETag.
+//!
+//! [`WorkspaceBucket`] implements [`ObjectBackend`], so the S3 server serves
+//! it unchanged (`stow-s3 workspace serve`).
 
-use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
-use stow_store::{ListQuery, ObjectProps, PutOptions, Store, StoreError, StoreOptions};
+use md5::{Digest, Md5};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use stow_store::{
+    page_of_sorted, validate, BucketInfo, ByteRange, Checksum, CompletedPart, ConditionCheck,
+    CopyOptions, CreateUploadOptions, ListPage, ListQuery, ObjectBackend, ObjectBody, ObjectMeta,
+    ObjectProps, ObjectRead, ObjectSummary, PartInfo, PartOptions, PartSummary, PartsPage,
+    PutOptions, Store, StoreError, StoreOptions, UploadInfo, UploadsPage, Usage, WriteCondition,
+};
 
 use crate::error::{Result, WsError};
-use crate::fsutil::random_hex;
+use crate::fsutil::FileLock;
 use crate::paths::check_checkpoint_path;
+use crate::prepare::{claim_session, read_identity};
+use crate::registry::{Record, Registry};
+
+type StoreResult<T> = std::result::Result<T, StoreError>;
 
 /// One object as the view reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +53,43 @@ pub struct WorkspaceBucket {
     root: PathBuf,
     primary: String,
     store: Store,
+    /// Properties of file-backed objects, keyed by object key.
+    props: Mutex<Connection>,
+    /// Serializes the condition check and rename of file-backed writes, so
+    /// two conditional writes of one file cannot both pass.
+    writes: Mutex<()>,
+    /// The workspace's session lock, when the view claims the workspace.
+    _session: Option<FileLock>,
+}
+
+/// A registered workspace claimed for serving its bucket view.
+pub struct ServedWorkspace {
+    /// The workspace's registry record.
+    pub record: Record,
+    /// The view, holding the workspace's session for its lifetime.
+    pub view: WorkspaceBucket,
+}
+
+/// Claims workspace `id` of `registry` (refused with `in_use` while another
+/// session holds it) and opens its bucket view; the claim lasts as long as
+/// the view.
+pub fn serve_workspace(registry: &Registry, id: &str) -> Result<ServedWorkspace> {
+    let record = {
+        let _lock = registry.lock()?;
+        registry.get(id)?
+    };
+    let session = claim_session(&record.dir, id)?;
+    let ident = read_identity(&record.dir)?;
+    if ident.workspace_id != record.id {
+        return Err(WsError::Refused(format!(
+            "{} belongs to workspace {}",
+            record.dir.display(),
+            ident.workspace_id
+        )));
+    }
+    let mut view = WorkspaceBucket::open(&record.dir, &record.bucket)?;
+    view._session = Some(session);
+    Ok(ServedWorkspace { record, view })
 }
 
 fn store_err(e: StoreError) -> WsError {
@@ -53,6 +110,90 @@ pub fn private_store_dir(root: &Path) -> PathBuf {
     root.join(".stow").join("objects")
 }
 
+const PROPS_DB: &str = "file-props.db";
+
+/// What identifies one version of a file without reading it. The ctime
+/// cannot be set by a writer, so any write after ours changes the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+}
+
+impl Stamp {
+    fn of(m: &fs::Metadata) -> Stamp {
+        Stamp {
+            size: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+            ino: m.ino(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.size, self.mtime_ns, self.ctime_ns, self.ino
+        )
+    }
+}
+
+/// Properties of one file-backed object, valid while its stamp holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct FileProps {
+    etag: String,
+    #[serde(default)]
+    props: ObjectProps,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<Checksum>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<PartSummary>,
+}
+
+fn open_props_db(root: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(root.join(".stow").join(PROPS_DB))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS file_props (
+             key TEXT PRIMARY KEY,
+             stamp TEXT NOT NULL,
+             props TEXT NOT NULL
+         )",
+    )?;
+    Ok(conn)
+}
+
+fn quoted_md5(file: &mut File) -> io::Result<String> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut hasher = Md5::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("\"{hex}\""))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn is_missing(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
 impl WorkspaceBucket {
     /// Opens (creating if needed) the view of `root` with `primary` as its
     /// primary bucket. The private store is owned exclusively while open.
@@ -60,10 +201,14 @@ impl WorkspaceBucket {
         let store =
             Store::open(private_store_dir(root), StoreOptions::default()).map_err(store_err)?;
         store.create_bucket(primary).map_err(store_err)?;
+        let props = open_props_db(root).map_err(store_err)?;
         Ok(WorkspaceBucket {
             root: root.to_path_buf(),
             primary: primary.to_string(),
             store,
+            props: Mutex::new(props),
+            writes: Mutex::new(()),
+            _session: None,
         })
     }
 
@@ -72,17 +217,363 @@ impl WorkspaceBucket {
         &self.primary
     }
 
-    /// The underlying private store (for the S3 server later).
+    /// The workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The underlying private store.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    fn db(&self) -> MutexGuard<'_, Connection> {
+        self.props.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_writes(&self) -> MutexGuard<'_, ()> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `bucket/key` names a file of the tree (if the path is free).
     fn file_key(&self, bucket: &str, key: &str) -> bool {
         bucket == self.primary && check_checkpoint_path(key).is_ok()
     }
 
+    /// The regular file a file key names, walking the path without
+    /// following symbolic links (a link could point outside the root).
+    fn regular_file(&self, key: &str) -> StoreResult<Option<(PathBuf, fs::Metadata)>> {
+        let mut path = self.root.clone();
+        let segments: Vec<&str> = key.split('/').collect();
+        for (i, seg) in segments.iter().enumerate() {
+            path.push(seg);
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if is_missing(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let last = i + 1 == segments.len();
+            if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+                return Ok(None);
+            }
+            if last {
+                return Ok(Some((path, meta)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether a file cannot be written at `key`: something other than a
+    /// directory where a parent would go, or other than a file at the key.
+    fn blocked(&self, key: &str) -> StoreResult<bool> {
+        let mut path = self.root.clone();
+        let segments: Vec<&str> = key.split('/').collect();
+        for (i, seg) in segments.iter().enumerate() {
+            path.push(seg);
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if is_missing(&e) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            };
+            let last = i + 1 == segments.len();
+            if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether a write of `bucket/key` goes to a file.
+    fn writes_file(&self, bucket: &str, key: &str) -> StoreResult<bool> {
+        Ok(self.file_key(bucket, key) && !self.blocked(key)?)
+    }
+
+    fn open_file(&self, key: &str) -> StoreResult<Option<(File, fs::Metadata)>> {
+        let Some((path, _)) = self.regular_file(key)? else {
+            return Ok(None);
+        };
+        let file = match fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        Ok(Some((file, meta)))
+    }
+
+    fn load_props(&self, key: &str, stamp: Stamp) -> StoreResult<Option<FileProps>> {
+        let row: Option<(String, String)> = self
+            .db()
+            .query_row(
+                "SELECT stamp, props FROM file_props WHERE key = ?1",
+                [key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(row
+            .filter(|(s, _)| *s == stamp.encode())
+            .and_then(|(_, p)| serde_json::from_str(&p).ok()))
+    }
+
+    fn save_props(&self, key: &str, stamp: Stamp, props: &FileProps) -> StoreResult<()> {
+        let json = serde_json::to_string(props)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
+        self.db().execute(
+            "INSERT INTO file_props (key, stamp, props) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET stamp = excluded.stamp, props = excluded.props",
+            params![key, stamp.encode(), json],
+        )?;
+        Ok(())
+    }
+
+    fn forget_props(&self, key: &str) -> StoreResult<()> {
+        self.db()
+            .execute("DELETE FROM file_props WHERE key = ?1", [key])?;
+        Ok(())
+    }
+
+    fn meta_from(&self, key: &str, m: &fs::Metadata, p: FileProps) -> ObjectMeta {
+        let stamp = Stamp::of(m);
+        ObjectMeta {
+            bucket: self.primary.clone(),
+            key: key.to_string(),
+            size: stamp.size,
+            etag: p.etag,
+            last_modified_ns: stamp.mtime_ns,
+            version: String::new(),
+            props: p.props,
+            checksum: p.checksum,
+            parts: p.parts,
+        }
+    }
+
+    /// The metadata of an open file: its recorded properties while its
+    /// stamp holds, else default properties and the MD5 of its bytes (then
+    /// recorded, so the next request does not hash again).
+    fn file_meta(&self, key: &str, file: &mut File, m: &fs::Metadata) -> StoreResult<ObjectMeta> {
+        let stamp = Stamp::of(m);
+        let props = match self.load_props(key, stamp)? {
+            Some(p) => p,
+            None => {
+                let p = FileProps {
+                    etag: quoted_md5(file)?,
+                    ..FileProps::default()
+                };
+                // Hashing raced with a writer: report, but do not record.
+                if Stamp::of(&file.metadata()?) == stamp {
+                    self.save_props(key, stamp, &p)?;
+                }
+                p
+            }
+        };
+        Ok(self.meta_from(key, m, props))
+    }
+
+    /// The object now at a primary-bucket file key: the file, else a
+    /// private-store object of that key.
+    fn current(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        if let Some((mut f, m)) = self.open_file(key)? {
+            return Ok(Some(self.file_meta(key, &mut f, &m)?));
+        }
+        match self.store.head_object(&self.primary, key) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(StoreError::NoSuchKey { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the missing directories above `path`, each made durable in
+    /// its parent.
+    fn create_parents(&self, path: &Path) -> StoreResult<()> {
+        let Some(dir) = path.parent() else {
+            return Ok(());
+        };
+        let mut missing = Vec::new();
+        let mut at = dir;
+        while at != self.root && !at.is_dir() {
+            missing.push(at.to_path_buf());
+            match at.parent() {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        for d in missing.iter().rev() {
+            match fs::create_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(parent) = d.parent() {
+                sync_dir(parent)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a file in place with `write` (which must replace `path`
+    /// atomically and durably), then records its properties. The caller
+    /// holds the write lock.
+    fn install(
+        &self,
+        key: &str,
+        props: FileProps,
+        write: impl FnOnce(&Path, u32) -> StoreResult<()>,
+    ) -> StoreResult<ObjectMeta> {
+        let path = self.root.join(key);
+        let mode = fs::symlink_metadata(&path)
+            .ok()
+            .filter(fs::Metadata::is_file)
+            .map_or(0o644, |m| m.mode() & 0o7777);
+        self.create_parents(&path)?;
+        write(&path, mode)?;
+        let m = fs::symlink_metadata(&path)?;
+        self.save_props(key, Stamp::of(&m), &props)?;
+        // A private object of this key (from a time the path was blocked)
+        // would be shadowed by the file; drop it.
+        self.store.delete_object(&self.primary, key)?;
+        Ok(self.meta_from(key, &m, props))
+    }
+
+    /// Removes now-empty directories from `dir` up to (not including) the root.
+    fn prune_empty_dirs(&self, mut dir: &Path) {
+        while dir != self.root && dir.starts_with(&self.root) {
+            if fs::remove_dir(dir).is_err() {
+                return;
+            }
+            match dir.parent() {
+                Some(p) => {
+                    let _ = sync_dir(p);
+                    dir = p;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Every file of the tree under `base` (a slash path, "" for the root)
+    /// whose path is a portable key, with its metadata.
+    fn walk_files(&self, base: &str) -> StoreResult<Vec<(String, fs::Metadata)>> {
+        let mut out = Vec::new();
+        let start = if base.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(base)
+        };
+        let mut stack = vec![(start, base.to_string())];
+        while let Some((dir, rel)) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if is_missing(&e) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
+                let key = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                if check_checkpoint_path(&key).is_err() {
+                    continue;
+                }
+                let meta = match entry.metadata() {
+                    Ok(m) => m,
+                    Err(e) if is_missing(&e) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if meta.is_dir() {
+                    stack.push((entry.path(), key));
+                } else if meta.is_file() {
+                    out.push((key, meta));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn private_summaries(&self, bucket: &str) -> StoreResult<Vec<ObjectSummary>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store.list_objects(
+                bucket,
+                &ListQuery {
+                    start_after: after.clone(),
+                    max_keys: 1000,
+                    ..ListQuery::default()
+                },
+            )?;
+            after = page.objects.last().map(|o| o.key.clone());
+            out.extend(page.objects);
+            if !page.is_truncated || after.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Lists the primary bucket: files merged with private objects, paged
+    /// like the store, hashing only the files that land on the page.
+    fn list_primary(&self, query: &ListQuery) -> StoreResult<ListPage> {
+        // Only the directory the prefix names can hold matching files.
+        let base = match query.prefix.rsplit_once('/') {
+            Some((dir, _)) if check_checkpoint_path(dir).is_ok() => dir,
+            Some(_) => "",
+            None => "",
+        };
+        let mut merged = std::collections::BTreeMap::new();
+        for o in self.private_summaries(&self.primary)? {
+            merged.insert(o.key.clone(), o);
+        }
+        let mut files = std::collections::HashMap::new();
+        for (key, meta) in self.walk_files(base)? {
+            merged.insert(
+                key.clone(),
+                ObjectSummary {
+                    key: key.clone(),
+                    size: meta.len(),
+                    etag: String::new(),
+                    last_modified_ns: Stamp::of(&meta).mtime_ns,
+                },
+            );
+            files.insert(key, meta);
+        }
+        let mut page = page_of_sorted(merged.into_values(), query)?;
+        for o in &mut page.objects {
+            let Some(meta) = files.get(&o.key) else {
+                continue;
+            };
+            let stamp = Stamp::of(meta);
+            o.etag = match self.load_props(&o.key, stamp)? {
+                Some(p) => p.etag,
+                None => match self.open_file(&o.key)? {
+                    Some((mut f, m)) => {
+                        let meta = self.file_meta(&o.key, &mut f, &m)?;
+                        o.size = meta.size;
+                        o.last_modified_ns = meta.last_modified_ns;
+                        meta.etag
+                    }
+                    // Deleted since the walk: its last known size stays.
+                    None => String::from("\"\""),
+                },
+            };
+        }
+        Ok(page)
+    }
+
+    // ---- conveniences for checkpoints, restore and tests -----------------
+
     /// Creates an extra bucket (idempotent).
-    pub fn create_bucket(&self, name: &str) -> Result<()> {
+    pub fn ensure_bucket(&self, name: &str) -> Result<()> {
         self.store
             .create_bucket(name)
             .map_err(store_err)
@@ -90,7 +581,7 @@ impl WorkspaceBucket {
     }
 
     /// Bucket names, sorted.
-    pub fn list_buckets(&self) -> Result<Vec<String>> {
+    pub fn bucket_names(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = self
             .store
             .list_buckets()
@@ -102,95 +593,49 @@ impl WorkspaceBucket {
         Ok(names)
     }
 
-    /// Writes an object: a real file (atomically) for a portable key of the
-    /// primary bucket, else a private-store object.
-    pub fn put_object(
+    /// Writes an object from bytes with default options.
+    pub fn put_bytes(
         &self,
         bucket: &str,
         key: &str,
         body: &[u8],
         props: ObjectProps,
     ) -> Result<()> {
-        if self.file_key(bucket, key) {
-            let path = self.root.join(key);
-            let dir = path.parent().unwrap_or(&self.root).to_path_buf();
-            fs::create_dir_all(&dir).map_err(|e| WsError::io_at("create directory", &dir, e))?;
-            let tmp = dir.join(format!(".stow-put-{}", random_hex(8)));
-            let write = || -> std::io::Result<()> {
-                let mut f = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o644)
-                    .open(&tmp)?;
-                f.write_all(body)?;
-                f.sync_all()?;
-                fs::rename(&tmp, &path)
-            };
-            if let Err(e) = write() {
-                let _ = fs::remove_file(&tmp);
-                return Err(WsError::io_at("write object", &path, e));
-            }
-            // A private object of the same key would shadow nothing now.
-            let _ = self.store.delete_object(bucket, key);
-            return Ok(());
-        }
         let opts = PutOptions {
             props,
             ..Default::default()
         };
-        self.store
-            .put_object(bucket, key, &mut &body[..], opts)
+        ObjectBackend::put_object(self, bucket, key, &mut &body[..], opts)
             .map_err(store_err)
             .map(|_| ())
     }
 
     /// Reads an object's bytes and properties.
-    pub fn get_object(&self, bucket: &str, key: &str) -> Result<(Vec<u8>, ObjectProps)> {
-        if self.file_key(bucket, key) {
-            let path = self.root.join(key);
-            if path.is_file() {
-                let bytes = fs::read(&path).map_err(|e| WsError::io_at("read", &path, e))?;
-                return Ok((bytes, ObjectProps::default()));
-            }
-        }
-        let read = self
-            .store
-            .get_object(bucket, key, None)
-            .map_err(store_err)?;
+    pub fn read_bytes(&self, bucket: &str, key: &str) -> Result<(Vec<u8>, ObjectProps)> {
+        let read = ObjectBackend::get_object(self, bucket, key, None).map_err(store_err)?;
         let props = read.meta.props.clone();
-        let mut body = read.body;
-        let mut bytes = Vec::new();
-        body.read_to_end(&mut bytes)
-            .map_err(|e| WsError::io(format!("read object {bucket}/{key}"), e))?;
+        let bytes = read.body.into_vec().map_err(store_err)?;
         Ok((bytes, props))
     }
 
     /// Deletes an object (absent is fine).
-    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
-        if self.file_key(bucket, key) {
-            let path = self.root.join(key);
-            match fs::remove_file(&path) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(WsError::io_at("delete", &path, e)),
-            }
-        }
-        self.store
-            .delete_object(bucket, key)
+    pub fn remove(&self, bucket: &str, key: &str) -> Result<()> {
+        ObjectBackend::delete_object(self, bucket, key)
             .map_err(store_err)
             .map(|_| ())
     }
 
     /// Every object of a bucket in key byte order: files (primary only) and
     /// private-store objects.
-    pub fn list_objects(&self, bucket: &str) -> Result<Vec<ViewObject>> {
-        let mut out = if bucket == self.primary {
-            let scan = crate::checkpoint::scan_files(&self.root)?;
-            scan.into_iter()
-                .map(|(key, size)| ViewObject {
+    pub fn list_view(&self, bucket: &str) -> Result<Vec<ViewObject>> {
+        let mut out: Vec<ViewObject> = if bucket == self.primary {
+            self.walk_files("")
+                .map_err(store_err)?
+                .into_iter()
+                .map(|(key, m)| ViewObject {
                     bucket: bucket.to_string(),
                     key,
-                    size,
+                    size: m.len(),
                     file: true,
                 })
                 .collect()
@@ -199,39 +644,291 @@ impl WorkspaceBucket {
         };
         out.extend(self.private_objects(bucket)?);
         out.sort_by(|a, b| a.key.cmp(&b.key));
+        out.dedup_by(|later, earlier| later.key == earlier.key);
         Ok(out)
     }
 
     /// Objects of a bucket held in the private store only.
     pub fn private_objects(&self, bucket: &str) -> Result<Vec<ViewObject>> {
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .list_objects(
-                    bucket,
-                    &ListQuery {
-                        prefix: String::new(),
-                        delimiter: None,
-                        start_after: after.clone(),
-                        max_keys: 1000,
-                    },
-                )
-                .map_err(store_err)?;
-            for o in &page.objects {
-                out.push(ViewObject {
-                    bucket: bucket.to_string(),
-                    key: o.key.clone(),
-                    size: o.size,
-                    file: false,
-                });
-            }
-            after = page.objects.last().map(|o| o.key.clone());
-            if !page.is_truncated || after.is_none() {
-                break;
+        Ok(self
+            .private_summaries(bucket)
+            .map_err(store_err)?
+            .into_iter()
+            .map(|o| ViewObject {
+                bucket: bucket.to_string(),
+                key: o.key,
+                size: o.size,
+                file: false,
+            })
+            .collect())
+    }
+}
+
+impl ObjectBackend for WorkspaceBucket {
+    fn is_persistent(&self) -> bool {
+        true
+    }
+
+    fn backend_name(&self) -> &'static str {
+        "workspace"
+    }
+
+    fn usage(&self) -> StoreResult<Usage> {
+        self.store.usage()
+    }
+
+    fn create_bucket(&self, name: &str) -> StoreResult<bool> {
+        self.store.create_bucket(name)
+    }
+
+    fn head_bucket(&self, name: &str) -> StoreResult<BucketInfo> {
+        self.store.head_bucket(name)
+    }
+
+    fn list_buckets(&self) -> StoreResult<Vec<BucketInfo>> {
+        self.store.list_buckets()
+    }
+
+    fn delete_bucket(&self, name: &str) -> StoreResult<()> {
+        if name == self.primary {
+            // The primary bucket is the workspace directory itself.
+            return Err(StoreError::BucketNotEmpty {
+                bucket: name.to_string(),
+            });
+        }
+        self.store.delete_bucket(name)
+    }
+
+    fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &mut dyn Read,
+        mut opts: PutOptions,
+    ) -> StoreResult<ObjectMeta> {
+        if !self.writes_file(bucket, key)? {
+            return self.store.put_object(bucket, key, body, opts);
+        }
+        let condition = std::mem::take(&mut opts.condition);
+        let received = self.store.receive(body, opts)?;
+        let props = FileProps {
+            etag: received.etag.clone(),
+            props: received.props.clone(),
+            checksum: received.checksum.clone(),
+            parts: Vec::new(),
+        };
+        let _w = self.lock_writes();
+        let current = self.current(key)?;
+        condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
+        self.install(key, props, |path, mode| received.persist_as(path, mode))
+    }
+
+    fn head_object(&self, bucket: &str, key: &str) -> StoreResult<ObjectMeta> {
+        if self.file_key(bucket, key) {
+            if let Some((mut f, m)) = self.open_file(key)? {
+                return self.file_meta(key, &mut f, &m);
             }
         }
-        Ok(out)
+        self.store.head_object(bucket, key)
+    }
+
+    fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> StoreResult<ObjectRead> {
+        if self.file_key(bucket, key) {
+            if let Some((mut f, m)) = self.open_file(key)? {
+                let meta = self.file_meta(key, &mut f, &m)?;
+                let (offset, len) = match range {
+                    Some(r) => r
+                        .resolve(meta.size)
+                        .ok_or(StoreError::InvalidRange { size: meta.size })?,
+                    None => (0, meta.size),
+                };
+                return Ok(ObjectRead {
+                    meta,
+                    range: range.map(|_| (offset, len)),
+                    body: ObjectBody::from_file(f, offset, len)?,
+                });
+            }
+        }
+        self.store.get_object(bucket, key, range)
+    }
+
+    fn get_object_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        part_number: u32,
+    ) -> StoreResult<ObjectRead> {
+        if self.file_key(bucket, key) {
+            if let Some((mut f, m)) = self.open_file(key)? {
+                let meta = self.file_meta(key, &mut f, &m)?;
+                let n = validate::part_number(i64::from(part_number))? as usize;
+                let sizes: Vec<u64> = if meta.parts.is_empty() {
+                    vec![meta.size]
+                } else {
+                    meta.parts.iter().map(|p| p.size).collect()
+                };
+                if n > sizes.len() || sizes.iter().sum::<u64>() != meta.size {
+                    return Err(StoreError::InvalidRange { size: meta.size });
+                }
+                let offset: u64 = sizes[..n - 1].iter().sum();
+                let len = sizes[n - 1];
+                return Ok(ObjectRead {
+                    meta,
+                    range: Some((offset, len)),
+                    body: ObjectBody::from_file(f, offset, len)?,
+                });
+            }
+        }
+        self.store.get_object_part(bucket, key, part_number)
+    }
+
+    fn delete_object(&self, bucket: &str, key: &str) -> StoreResult<bool> {
+        if !self.file_key(bucket, key) {
+            return self.store.delete_object(bucket, key);
+        }
+        let _w = self.lock_writes();
+        let mut deleted = false;
+        if let Some((path, _)) = self.regular_file(key)? {
+            match fs::remove_file(&path) {
+                Ok(()) => deleted = true,
+                Err(e) if is_missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(dir) = path.parent() {
+                sync_dir(dir)?;
+                self.prune_empty_dirs(dir);
+            }
+        }
+        self.forget_props(key)?;
+        Ok(self.store.delete_object(bucket, key)? || deleted)
+    }
+
+    fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+    ) -> StoreResult<ObjectMeta> {
+        let src_is_file =
+            self.file_key(src_bucket, src_key) && self.regular_file(src_key)?.is_some();
+        if !src_is_file && !self.writes_file(dst_bucket, dst_key)? {
+            return self
+                .store
+                .copy_object(src_bucket, src_key, dst_bucket, dst_key, opts);
+        }
+        // A file is involved: copy the bytes through a verified write.
+        let read = ObjectBackend::get_object(self, src_bucket, src_key, None)?;
+        if opts.source.check(&read.meta) != ConditionCheck::Pass {
+            return Err(StoreError::PreconditionFailed {
+                reason: "copy source condition did not hold",
+            });
+        }
+        let put = PutOptions {
+            props: opts
+                .replace_props
+                .unwrap_or_else(|| read.meta.props.clone()),
+            checksum_algorithm: read.meta.checksum.as_ref().map(|c| c.algorithm),
+            condition: opts.condition,
+            ..PutOptions::default()
+        };
+        let mut body = read.body;
+        ObjectBackend::put_object(self, dst_bucket, dst_key, &mut body, put)
+    }
+
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> StoreResult<ListPage> {
+        if bucket == self.primary {
+            self.list_primary(query)
+        } else {
+            self.store.list_objects(bucket, query)
+        }
+    }
+
+    fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        opts: CreateUploadOptions,
+    ) -> StoreResult<UploadInfo> {
+        self.store.create_upload(bucket, key, opts)
+    }
+
+    fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: i64,
+        body: &mut dyn Read,
+        opts: PartOptions,
+    ) -> StoreResult<PartInfo> {
+        self.store
+            .upload_part(bucket, key, upload_id, part_number, body, opts)
+    }
+
+    fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        marker: u32,
+        max_parts: usize,
+    ) -> StoreResult<PartsPage> {
+        self.store
+            .list_parts(bucket, key, upload_id, marker, max_parts)
+    }
+
+    fn list_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        key_marker: Option<&str>,
+        upload_id_marker: Option<&str>,
+        max_uploads: usize,
+    ) -> StoreResult<UploadsPage> {
+        self.store
+            .list_uploads(bucket, prefix, key_marker, upload_id_marker, max_uploads)
+    }
+
+    fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> StoreResult<()> {
+        self.store.abort_upload(bucket, key, upload_id)
+    }
+
+    fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+    ) -> StoreResult<ObjectMeta> {
+        if !self.writes_file(bucket, key)? {
+            return self
+                .store
+                .complete_upload(bucket, key, upload_id, listed, condition);
+        }
+        let _w = self.lock_writes();
+        let current = self.current(key)?;
+        condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
+        // The store joins the parts (no bytes copied); the joined object is
+        // then streamed into the file and the store's copy dropped.
+        let done =
+            self.store
+                .complete_upload(bucket, key, upload_id, listed, WriteCondition::Always)?;
+        let mut joined = self.store.get_object(bucket, key, None)?.body;
+        let received = self.store.receive(&mut joined, PutOptions::default())?;
+        let props = FileProps {
+            etag: done.etag,
+            props: done.props,
+            checksum: done.checksum,
+            parts: done.parts,
+        };
+        self.install(key, props, |path, mode| received.persist_as(path, mode))
     }
 }

@@ -1310,15 +1310,6 @@ pub(crate) fn read_blob(registry: &Registry, f: &FileEntry) -> Result<Vec<u8>> {
     fs::read(&p).map_err(|e| WsError::io_at("read", &p, e))
 }
 
-/// Every file under a root (all of them, sensitive included) with sizes.
-pub(crate) fn scan_files(root: &Path) -> Result<Vec<(String, u64)>> {
-    Ok(scan(root, true)?
-        .files
-        .into_iter()
-        .map(|f| (f.path, f.size))
-        .collect())
-}
-
 /// One object read for a portable capture.
 struct SnapObject {
     bucket: String,
@@ -1367,7 +1358,7 @@ fn snapshot_objects(root: &Path, primary: &str, include_sensitive: bool) -> Resu
         return Ok(snap);
     }
     let view = crate::bucket::WorkspaceBucket::open(root, primary)?;
-    snap.buckets = view.list_buckets()?;
+    snap.buckets = view.bucket_names()?;
     if !snap.buckets.iter().any(|b| b == primary) {
         snap.buckets.push(primary.to_string());
         snap.buckets.sort();
@@ -1385,7 +1376,7 @@ fn snapshot_objects(root: &Path, primary: &str, include_sensitive: bool) -> Resu
                 .store()
                 .head_object(&b, &o.key)
                 .map_err(|e| WsError::InvalidRequest(format!("object {b}/{}: {e}", o.key)))?;
-            let (body, props) = view.get_object(&b, &o.key)?;
+            let (body, props) = view.read_bytes(&b, &o.key)?;
             snap.objects.push(SnapObject {
                 bucket: b.clone(),
                 key: o.key,

@@ -107,7 +107,7 @@ pub fn restore(
         if m.version == 2 {
             let view = WorkspaceBucket::open(&root, &bucket)?;
             for b in &m.buckets {
-                view.create_bucket(b)?;
+                view.ensure_bucket(b)?;
             }
             for o in &m.objects {
                 let body = read_blob(registry, &object_as_file(o))?;

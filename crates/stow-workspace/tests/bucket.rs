@@ -32,30 +32,30 @@ fn bucket_view_and_portable_checkpoints() {
     {
         let view = WorkspaceBucket::open(&p.root, &p.bucket).unwrap();
         // A portable key of the primary bucket is a real file.
-        view.put_object(&p.bucket, "docs/a.txt", b"hello", ObjectProps::default())
+        view.put_bytes(&p.bucket, "docs/a.txt", b"hello", ObjectProps::default())
             .unwrap();
         assert_eq!(fs::read(p.root.join("docs/a.txt")).unwrap(), b"hello");
         // A non-portable key and another bucket live in the private store.
-        view.put_object(&p.bucket, "odd:key", b"colon", ObjectProps::default())
+        view.put_bytes(&p.bucket, "odd:key", b"colon", ObjectProps::default())
             .unwrap();
         assert!(!p.root.join("odd:key").exists());
-        view.create_bucket("extra").unwrap();
+        view.ensure_bucket("extra").unwrap();
         let props = ObjectProps {
             content_type: Some("text/plain".into()),
             ..Default::default()
         };
-        view.put_object("extra", "x/y.txt", b"extra bytes", props)
+        view.put_bytes("extra", "x/y.txt", b"extra bytes", props)
             .unwrap();
         let keys: Vec<String> = view
-            .list_objects(&p.bucket)
+            .list_view(&p.bucket)
             .unwrap()
             .into_iter()
             .map(|o| o.key)
             .collect();
         assert_eq!(keys, vec!["docs/a.txt", "odd:key", "seed.txt"]);
-        assert_eq!(view.get_object(&p.bucket, "seed.txt").unwrap().0, b"seed");
+        assert_eq!(view.read_bytes(&p.bucket, "seed.txt").unwrap().0, b"seed");
         assert_eq!(
-            view.get_object("extra", "x/y.txt")
+            view.read_bytes("extra", "x/y.txt")
                 .unwrap()
                 .1
                 .content_type
@@ -77,10 +77,10 @@ fn bucket_view_and_portable_checkpoints() {
 
     {
         let view = WorkspaceBucket::open(&p.root, &p.bucket).unwrap();
-        view.put_object("extra", "x/y.txt", b"changed", ObjectProps::default())
+        view.put_bytes("extra", "x/y.txt", b"changed", ObjectProps::default())
             .unwrap();
-        view.create_bucket("third").unwrap();
-        view.delete_object(&p.bucket, "odd:key").unwrap();
+        view.ensure_bucket("third").unwrap();
+        view.remove(&p.bucket, "odd:key").unwrap();
     }
     let c2 = checkpoint::capture(&reg, ws, &portable()).unwrap();
     let d = checkpoint::diff(&reg, &c1.checkpoint_id, &c2.checkpoint_id).unwrap();
@@ -116,8 +116,8 @@ fn bucket_view_and_portable_checkpoints() {
     assert_eq!(r.bucket, p.bucket);
     let view = WorkspaceBucket::open(&dir.join("restored"), &r.bucket).unwrap();
     assert_eq!(fs::read(dir.join("restored/docs/a.txt")).unwrap(), b"hello");
-    assert_eq!(view.get_object(&p.bucket, "odd:key").unwrap().0, b"colon");
-    let (body, props) = view.get_object("extra", "x/y.txt").unwrap();
+    assert_eq!(view.read_bytes(&p.bucket, "odd:key").unwrap().0, b"colon");
+    let (body, props) = view.read_bytes("extra", "x/y.txt").unwrap();
     assert_eq!(
         (body.as_slice(), props.content_type.as_deref()),
         (&b"extra bytes"[..], Some("text/plain"))
