@@ -45,6 +45,9 @@ enum Suite {
     /// SigV4 HTTP/1.1 load generator: 4 KiB PUT/GET at 1 and 16
     /// connections, large PUT/GET, LIST, server CPU per op, RSS, start time.
     S3(SuiteArgs),
+    /// Drive 4 KiB (or --size) PUTs at an already running server, for
+    /// profiling it; prints the rate only.
+    S3Load(suites::s3::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<()> {
     let (report, args) = match &cli.suite {
+        Suite::S3Load(args) => return suites::s3::load(args),
         Suite::Store(args) => (suites::store::run(args)?, args),
         Suite::Mcp(args) => (suites::mcp::run(args)?, args),
         Suite::Workspace(args) => (suites::workspace::run(args)?, args),

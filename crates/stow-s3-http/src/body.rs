@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use s3s::dto::StreamingBlob;
 use stow_store::ObjectBody;
 use tokio::sync::mpsc;
@@ -15,18 +15,60 @@ use tokio_util::io::{StreamReader, SyncIoBridge};
 const SMALL_BODY: u64 = 256 * 1024;
 const CHUNK: usize = 256 * 1024;
 
-/// A blocking reader over a request body. Create it on the runtime, use it
-/// inside `spawn_blocking`. Errors from the body (a broken connection, a
-/// failed chunk signature) surface as `InvalidData`.
-pub fn request_reader(body: Option<StreamingBlob>) -> Box<dyn Read + Send> {
-    match body {
-        None => Box::new(io::empty()),
-        Some(blob) => {
-            let stream =
-                blob.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
-            Box::new(SyncIoBridge::new(StreamReader::new(stream)))
+/// Request bodies announced at up to this size are received on the
+/// runtime before the store sees them.
+const SMALL_REQUEST: i64 = 64 * 1024;
+
+/// A blocking reader over a request body of `announced` bytes (the
+/// request's Content-Length, decoded length for aws-chunked). Create it on
+/// the runtime, use it inside `spawn_blocking`.
+///
+/// A small body is received here, on the runtime: a blocking reader would
+/// cost a thread handoff per chunk, which dominates small PUTs. A large one
+/// streams through a bridge with bounded memory. Errors from the body (a
+/// broken connection, a failed chunk signature) surface as `InvalidData`.
+pub async fn request_reader(
+    body: Option<StreamingBlob>,
+    announced: Option<i64>,
+) -> Box<dyn Read + Send> {
+    let Some(mut blob) = body else {
+        return Box::new(io::empty());
+    };
+    if !announced.is_some_and(|n| (0..=SMALL_REQUEST).contains(&n)) {
+        return streaming_reader(blob);
+    }
+    let mut buf = Vec::with_capacity(announced.unwrap_or(0) as usize);
+    while let Some(chunk) = blob.next().await {
+        match chunk {
+            Ok(bytes) => buf.extend_from_slice(&bytes),
+            Err(e) => {
+                let failed = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+                return Box::new(io::Cursor::new(buf).chain(FailingReader(Some(failed))));
+            }
+        }
+        if buf.len() as i64 > SMALL_REQUEST {
+            // More than announced: let the store see (and refuse) the rest.
+            return Box::new(io::Cursor::new(buf).chain(streaming_reader(blob)));
         }
     }
+    Box::new(io::Cursor::new(buf))
+}
+
+/// A reader that fails once with the error it holds, then reads nothing.
+struct FailingReader(Option<io::Error>);
+
+impl Read for FailingReader {
+    fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
+        match self.0.take() {
+            Some(e) => Err(e),
+            None => Ok(0),
+        }
+    }
+}
+
+fn streaming_reader(blob: StreamingBlob) -> Box<dyn Read + Send> {
+    let stream = blob.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+    Box::new(SyncIoBridge::new(StreamReader::new(stream)))
 }
 
 struct ChannelStream(mpsc::Receiver<Result<Bytes, io::Error>>);

@@ -535,7 +535,7 @@ impl S3 for StowS3 {
             trailing_checksums: trailer.and(trailing_checksums),
             condition: write_condition(input.if_match, input.if_none_match)?,
         };
-        let mut reader = request_reader(input.body);
+        let mut reader = request_reader(input.body, input.content_length).await;
         let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
         let meta = blocking(move || store.put_object(&bucket, &key, &mut reader, opts)).await?;
@@ -1006,7 +1006,7 @@ impl S3 for StowS3 {
             checksum_algorithm: declared.or(trailer),
             trailing_checksums: trailer.and(trailing_checksums),
         };
-        let mut reader = request_reader(input.body);
+        let mut reader = request_reader(input.body, input.content_length).await;
         let store = self.store.clone();
         let (bucket, key, upload) = (input.bucket, input.key, input.upload_id);
         let number = i64::from(input.part_number);

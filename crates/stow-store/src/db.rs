@@ -98,6 +98,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn configure(conn: &Connection, cache_bytes: u64) -> Result<()> {
+    // Every statement the store runs fits, so none is parsed twice.
+    conn.set_prepared_statement_cache_capacity(64);
     conn.execute_batch(&format!(
         // busy_timeout first: switching to WAL needs a lock that another
         // connection closing the database may briefly hold.
@@ -106,6 +108,13 @@ fn configure(conn: &Connection, cache_bytes: u64) -> Result<()> {
         (cache_bytes / 1024).max(64)
     ))?;
     Ok(())
+}
+
+/// Runs one fixed statement (BEGIN, COMMIT, SAVEPOINT …) through the
+/// connection's statement cache: these run several times per request, and
+/// parsing them each time showed up in profiles of small PUTs.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn commit_error(e: &StoreError) -> StoreError {
@@ -135,6 +144,7 @@ impl Db {
     /// An in-memory database.
     pub fn memory(blobs: Arc<BlobStore>) -> Result<Self> {
         let conn = Connection::open_in_memory()?;
+        conn.set_prepared_statement_cache_capacity(64);
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             writer: Mutex::new(Writer {
@@ -167,9 +177,9 @@ impl Db {
                 c
             }
         };
-        conn.execute_batch("BEGIN")?;
+        exec(&conn, "BEGIN")?;
         let out = f(&conn);
-        let end = conn.execute_batch("COMMIT");
+        let end = exec(&conn, "COMMIT");
         lock(pool).push(conn);
         let out = out?;
         end?;
@@ -236,9 +246,10 @@ impl Db {
     fn run_batch(&self, writer: &mut Writer, jobs: Vec<Job>) {
         let conn = &writer.conn;
         let begin = conn
-            .execute_batch("BEGIN IMMEDIATE")
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut st| st.execute([]))
             .map_err(StoreError::from)
-            .and_then(|()| {
+            .and_then(|_| {
                 let mut del = conn.prepare_cached("DELETE FROM dead_blobs WHERE id = ?1")?;
                 for id in &writer.unlinked {
                     del.execute([id.0])?;
@@ -258,7 +269,7 @@ impl Db {
             .into_iter()
             .map(|j| j(Ok(conn), &mut effects))
             .collect();
-        let commit = conn.execute_batch("COMMIT").map_err(StoreError::from);
+        let commit = exec(conn, "COMMIT").map_err(StoreError::from);
         match &commit {
             Ok(()) => {
                 writer.unlinked.clear();
@@ -299,10 +310,10 @@ fn run_in_savepoint<T>(
     f: impl FnOnce(&Connection, &mut Effects) -> Result<T>,
     effects: &mut Effects,
 ) -> Result<T> {
-    conn.execute_batch("SAVEPOINT job")?;
+    exec(conn, "SAVEPOINT job")?;
     match f(conn, effects) {
         Ok(v) => {
-            conn.execute_batch("RELEASE job")?;
+            exec(conn, "RELEASE job")?;
             Ok(v)
         }
         Err(e) => {

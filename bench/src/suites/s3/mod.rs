@@ -1008,3 +1008,67 @@ fn measure(plan: &Plan, bins: &Bins, dir: &Path, servers: &mut Vec<Server>) -> R
     );
     Ok((figures, info, notes))
 }
+
+/// Options of `stow-bench s3-load`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Address of a running server (host:port).
+    #[arg(long)]
+    pub addr: SocketAddr,
+    #[arg(long, default_value = ACCESS_KEY)]
+    pub access_key: String,
+    #[arg(long, default_value = SECRET_KEY)]
+    pub secret_key: String,
+    /// Bucket to PUT into (created if missing).
+    #[arg(long, default_value = "load")]
+    pub bucket: String,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub size: usize,
+    /// Connections (one worker thread each).
+    #[arg(long, default_value_t = 16)]
+    pub conns: usize,
+    /// How long to run.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+}
+
+/// Drives PUTs at a server someone else started, for profiling it (e.g.
+/// under `perf record -p`); prints the rate. Not a comparison.
+pub fn load(args: &LoadArgs) -> Result<()> {
+    let c = Creds {
+        access_key: args.access_key.clone(),
+        secret_key: args.secret_key.clone(),
+        region: REGION.into(),
+    };
+    let mut conn = Conn::new(args.addr, &c)?;
+    let r = conn.request("PUT", &format!("/{}", args.bucket), "", b"", false)?;
+    if r.status != 409 {
+        ok("create bucket", r)?;
+    }
+    let body = vec![0x5au8; args.size];
+    let cap = Duration::from_secs(args.seconds);
+    let start = Instant::now();
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let run = run_threads(args.conns, |t| {
+        let mut conn = Conn::new(args.addr, &c)?;
+        let mut w = Work::default();
+        while start.elapsed() < cap {
+            let path = format!("/{}/{stamp}/{t}/{}", args.bucket, w.ops);
+            ok("PUT object", conn.request("PUT", &path, "", &body, false)?)?;
+            w.ops += 1;
+        }
+        Ok(w)
+    })?;
+    println!(
+        "{} PUTs of {} bytes on {} connections in {:.2} s: {:.0} ops/s",
+        run.ops,
+        args.size,
+        args.conns,
+        run.elapsed_s,
+        run.ops as f64 / run.elapsed_s
+    );
+    Ok(())
+}
