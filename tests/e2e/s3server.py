@@ -10,26 +10,30 @@ import boto3
 from botocore.config import Config
 
 
+def spawn_ready(args, env=None):
+    """Starts `args` + `--ready-fd N` and returns (process, readiness record)."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [*args, "--ready-fd", str(write_fd)], pass_fds=(write_fd,),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as ready:
+        line = ready.readline()
+    if not line:
+        _, err = proc.communicate(timeout=10)
+        raise RuntimeError(f"{args[1]} did not become ready: rc={proc.returncode} {err.decode()}")
+    return proc, json.loads(line)
+
+
 class S3Server:
     """A running `stow-s3 serve` process and a boto3 client bound to it."""
 
     def __init__(self, stow_bin, data_dir, *extra, backend="filesystem", env=None):
-        read_fd, write_fd = os.pipe()
-        args = [
+        self.proc, self.ready = spawn_ready([
             stow_bin, "serve", "--port", "0", "--data-dir", str(data_dir),
-            "--backend", backend, "--ready-fd", str(write_fd), *extra,
-        ]
-        self.proc = subprocess.Popen(
-            args, pass_fds=(write_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env,
-        )
-        os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as ready:
-            line = ready.readline()
-        if not line:
-            out, err = self.proc.communicate(timeout=10)
-            raise RuntimeError(f"server did not become ready: rc={self.proc.returncode} {err.decode()}")
-        self.ready = json.loads(line)
+            "--backend", backend, *extra,
+        ], env=env)
         self.endpoint = self.ready["endpoint"]
         self.access_key = self.ready["accessKeyId"]
         self.secret_key = self.ready["secretAccessKey"]
@@ -80,21 +84,10 @@ class WorkspaceServer(S3Server):
     """A running `stow-s3 workspace serve` for one registered workspace."""
 
     def __init__(self, stow_bin, workspace_id, registry_dir, *extra):
-        read_fd, write_fd = os.pipe()
-        args = [
+        self.proc, self.ready = spawn_ready([
             stow_bin, "workspace", "serve", "--id", workspace_id,
-            "--registry-dir", str(registry_dir), "--ready-fd", str(write_fd), *extra,
-        ]
-        self.proc = subprocess.Popen(
-            args, pass_fds=(write_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as ready:
-            line = ready.readline()
-        if not line:
-            out, err = self.proc.communicate(timeout=10)
-            raise RuntimeError(f"workspace server did not become ready: rc={self.proc.returncode} {err.decode()}")
-        self.ready = json.loads(line)
+            "--registry-dir", str(registry_dir), *extra,
+        ])
         self.endpoint = self.ready["endpoint"]
         self.access_key = self.ready["access_key_id"]
         self.secret_key = self.ready["secret_access_key"]

@@ -297,24 +297,23 @@ impl Store {
         bucket: &str,
         key: &str,
         body: &mut dyn Read,
-        opts: PutOptions,
+        mut opts: PutOptions,
     ) -> Result<ObjectMeta> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
-        let props = validate::normalize_props(opts.props)?;
         // Refuse early rather than receive gigabytes for a missing bucket.
         self.head_bucket(bucket)?;
-        let (staged, checksum) = self.stage_verified(
-            body,
-            opts.checksum_algorithm,
-            &opts.expected_checksums,
-            opts.content_md5.as_deref(),
-            opts.trailing_checksums,
-            false,
-        )?;
+        let condition = std::mem::take(&mut opts.condition);
+        let ReceivedBody {
+            size,
+            etag,
+            checksum,
+            props,
+            staged,
+        } = self.receive(body, opts)?;
         let rec = Record {
-            size: staged.digests.size,
-            etag: checksum::etag_of_md5(&staged.digests.md5),
+            size,
+            etag,
             modified_ns: 0,
             generation: [0; 16],
             props: StoredProps {
@@ -324,13 +323,12 @@ impl Store {
             },
             extents: vec![Extent {
                 blob: staged.id,
-                size: staged.digests.size,
+                size,
             }],
         };
         let inline = staged.inline.clone();
         let (bucket_s, key_s) = (bucket.to_string(), key.to_string());
         let opts_q = self.inner.opts.clone();
-        let condition = opts.condition;
         let meta = self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket_s)?;
             let old = record::load_record(conn, b, &key_s)?;

@@ -140,6 +140,17 @@ impl Stamp {
     }
 }
 
+/// What a file key's path holds.
+enum AtPath {
+    /// Nothing yet: a file can be written there.
+    Free,
+    /// A regular file.
+    File(PathBuf, fs::Metadata),
+    /// A directory, symlink or special file at the key, or something other
+    /// than a directory where a parent directory would be.
+    Blocked,
+}
+
 /// Properties of one file-backed object, valid while its stamp holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct FileProps {
@@ -240,47 +251,41 @@ impl WorkspaceBucket {
         bucket == self.primary && check_checkpoint_path(key).is_ok()
     }
 
-    /// The regular file a file key names, walking the path without
+    /// What stands at a file key's path, found by walking it without
     /// following symbolic links (a link could point outside the root).
-    fn regular_file(&self, key: &str) -> StoreResult<Option<(PathBuf, fs::Metadata)>> {
+    fn lookup(&self, key: &str) -> StoreResult<AtPath> {
         let mut path = self.root.clone();
         let segments: Vec<&str> = key.split('/').collect();
         for (i, seg) in segments.iter().enumerate() {
             path.push(seg);
             let meta = match fs::symlink_metadata(&path) {
                 Ok(m) => m,
-                Err(e) if is_missing(&e) => return Ok(None),
+                Err(e) if is_missing(&e) => return Ok(AtPath::Free),
                 Err(e) => return Err(e.into()),
             };
             let last = i + 1 == segments.len();
-            if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
-                return Ok(None);
+            if last && meta.is_file() {
+                return Ok(AtPath::File(path, meta));
             }
-            if last {
-                return Ok(Some((path, meta)));
+            if last || !meta.is_dir() {
+                return Ok(AtPath::Blocked);
             }
         }
-        Ok(None)
+        Ok(AtPath::Free)
+    }
+
+    /// The regular file a file key names, if there is one.
+    fn regular_file(&self, key: &str) -> StoreResult<Option<(PathBuf, fs::Metadata)>> {
+        Ok(match self.lookup(key)? {
+            AtPath::File(path, meta) => Some((path, meta)),
+            AtPath::Free | AtPath::Blocked => None,
+        })
     }
 
     /// Whether a file cannot be written at `key`: something other than a
     /// directory where a parent would go, or other than a file at the key.
     fn blocked(&self, key: &str) -> StoreResult<bool> {
-        let mut path = self.root.clone();
-        let segments: Vec<&str> = key.split('/').collect();
-        for (i, seg) in segments.iter().enumerate() {
-            path.push(seg);
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) if is_missing(&e) => return Ok(false),
-                Err(e) => return Err(e.into()),
-            };
-            let last = i + 1 == segments.len();
-            if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        Ok(matches!(self.lookup(key)?, AtPath::Blocked))
     }
 
     /// Whether a write of `bucket/key` goes to a file.
