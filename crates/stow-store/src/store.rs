@@ -301,8 +301,15 @@ impl Store {
     ) -> Result<ObjectMeta> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
-        // Refuse early rather than receive gigabytes for a missing bucket.
-        self.head_bucket(bucket)?;
+        // A missing bucket is refused before a large body is received (the
+        // write transaction checks again); a small body is in memory after
+        // one read, and the transaction's own check is enough for it.
+        let mut head = Vec::with_capacity(8 * 1024);
+        body.take(crate::blobs::INLINE_MAX as u64 + 1)
+            .read_to_end(&mut head)?;
+        if head.len() > crate::blobs::INLINE_MAX {
+            self.head_bucket(bucket)?;
+        }
         let condition = std::mem::take(&mut opts.condition);
         let ReceivedBody {
             size,
@@ -310,7 +317,7 @@ impl Store {
             checksum,
             props,
             staged,
-        } = self.receive(body, opts)?;
+        } = self.receive(&mut io::Cursor::new(head).chain(body), opts)?;
         let rec = Record {
             size,
             etag,
