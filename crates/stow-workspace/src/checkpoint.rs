@@ -1084,10 +1084,20 @@ pub fn verify(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
 }
 
 /// Writes a checkpoint's files into `root` (which exists and is empty but
-/// for `.stow`), verifying each payload first, reproducing modes exactly.
-pub(crate) fn materialize(registry: &Registry, m: &CheckpointManifest, root: &Path) -> Result<()> {
-    // Directories first (single-threaded, cheap), then files in parallel:
-    // each worker verifies a payload and copies it in-kernel.
+/// for `.stow`), reproducing modes exactly, and returns the restored tree's
+/// `base_identity`.
+///
+/// Each payload is verified while it is copied: the copy reads the blob
+/// once, hashing the same bytes it writes, so a torn or altered blob fails
+/// the restore (the caller removes the half-made root) without a separate
+/// verification pass. The identity is a single sequential hash in walk
+/// order, so one extra thread computes it from the (page-cached) blobs
+/// while the copies run, instead of re-reading the whole tree afterwards.
+pub(crate) fn materialize(
+    registry: &Registry,
+    m: &CheckpointManifest,
+    root: &Path,
+) -> Result<String> {
     let mut made: BTreeSet<PathBuf> = BTreeSet::new();
     for f in &m.files {
         check_checkpoint_path(&f.path)?;
@@ -1102,40 +1112,138 @@ pub(crate) fn materialize(registry: &Registry, m: &CheckpointManifest, root: &Pa
             }
         }
     }
+    // Walk order of `base_identity`: names compared per directory level.
+    // Checkpoint paths never contain `.git` or a leading `.stow` (checked
+    // above), so the restored tree holds exactly these files besides `.stow`.
+    let mut order: Vec<&FileEntry> = m.files.iter().collect();
+    order.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     let next = AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let first_err: Mutex<Option<WsError>> = Mutex::new(None);
+    let record = |e: WsError| {
+        failed.store(true, Ordering::Relaxed);
+        if let Ok(mut slot) = first_err.lock() {
+            slot.get_or_insert(e);
+        }
+    };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(2, 4);
-    std::thread::scope(|s| {
+    let identity = std::thread::scope(|s| {
+        let identity = s.spawn(|| identity_of_blobs(registry, &order, &failed));
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= m.files.len() || first_err.lock().map(|e| e.is_some()).unwrap_or(true) {
-                    break;
-                }
-                let f = &m.files[i];
-                let r = verify_blob(registry, f).and_then(|()| {
-                    crate::prepare::copy_new_file(
-                        &blob_path(registry, &f.sha256),
-                        &root.join(&f.path),
-                        f.mode,
-                    )
-                });
-                if let Err(e) = r {
-                    if let Ok(mut slot) = first_err.lock() {
-                        slot.get_or_insert(e);
+            s.spawn(|| {
+                let mut buf = vec![0u8; 256 << 10];
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= order.len() || failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Err(e) = copy_verified(registry, order[i], root, &mut buf) {
+                        record(e);
                     }
                 }
             });
         }
+        identity.join()
     });
-    match first_err.into_inner() {
-        Ok(None) => Ok(()),
-        Ok(Some(e)) => Err(e),
+    if let Ok(Some(e)) = first_err.into_inner() {
+        return Err(e);
+    }
+    match identity {
+        Ok(Ok(Some(id))) => Ok(id),
+        Ok(Ok(None)) => Err(WsError::InvalidRequest("restore stopped early".into())),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(WsError::InvalidRequest("restore worker panicked".into())),
     }
+}
+
+/// Copies one payload to `root/<path>` (exclusive create, exact mode),
+/// hashing the bytes as they are written; a size or digest mismatch is
+/// `Corrupt`.
+fn copy_verified(registry: &Registry, f: &FileEntry, root: &Path, buf: &mut [u8]) -> Result<()> {
+    let src = blob_path(registry, &f.sha256);
+    let dst = root.join(&f.path);
+    let mut input = File::open(&src)
+        .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+    // Exclusive create: two manifest entries can never write one file.
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&dst)
+        .map_err(|e| WsError::io_at("create", &dst, e))?;
+    let mut h = Sha256::new();
+    let mut total = 0u64;
+    loop {
+        let n = match input.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(WsError::io_at("read", &src, e)),
+        };
+        if n == 0 {
+            break;
+        }
+        let chunk = buf.get(..n).unwrap_or_default();
+        h.update(chunk);
+        out.write_all(chunk)
+            .map_err(|e| WsError::io_at("write", &dst, e))?;
+        total += n as u64;
+    }
+    if total != f.size || hex(&h.finalize()) != f.sha256 {
+        return Err(WsError::Corrupt(format!(
+            "payload of {} does not match its digest",
+            f.path
+        )));
+    }
+    // fchmod on the open file: exact mode regardless of the umask.
+    out.set_permissions(fs::Permissions::from_mode(f.mode))
+        .map_err(|e| WsError::io_at("chmod", &dst, e))
+}
+
+/// `base_identity` of a tree holding exactly `files` (in walk order), read
+/// from their blobs. `None` when stopped because a copy failed.
+fn identity_of_blobs(
+    registry: &Registry,
+    files: &[&FileEntry],
+    failed: &std::sync::atomic::AtomicBool,
+) -> Result<Option<String>> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    for f in files {
+        if failed.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let p = blob_path(registry, &f.sha256);
+        let mut file = File::open(&p)
+            .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+        h.update(f.path.as_bytes());
+        h.update([0u8]);
+        let mut total = 0u64;
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(WsError::io_at("read", &p, e)),
+            };
+            if n == 0 {
+                break;
+            }
+            h.update(buf.get(..n).unwrap_or_default());
+            total += n as u64;
+        }
+        // The copy verifies the digest; the size check keeps a blob that
+        // changed between the two reads from yielding a wrong identity.
+        if total != f.size {
+            return Err(WsError::Corrupt(format!(
+                "payload of {} does not match its size",
+                f.path
+            )));
+        }
+        h.update([0u8]);
+    }
+    Ok(Some(format!("sha256:{}", hex(&h.finalize()))))
 }
 
 /// The result of `checkpoint-delete`.

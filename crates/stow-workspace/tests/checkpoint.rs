@@ -329,3 +329,58 @@ fn teams_do_not_see_each_others_checkpoints() {
     );
     let _ = Path::new("");
 }
+
+/// A blob path inside a registry partition, as the checkpoint layout names it.
+fn blob_file(reg: &Registry, sha: &str) -> PathBuf {
+    reg.state_dir().join("blobs").join(&sha[..2]).join(sha)
+}
+
+#[test]
+fn restore_reports_the_identity_of_the_restored_tree() {
+    let w = setup("");
+    let root = &w.ws.root;
+    // Names whose string order differs from the per-directory walk order
+    // ("a.txt" < "a/b" as strings, but the walk visits "a/" first).
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/b/c"), "deep").unwrap();
+    fs::write(root.join("a.txt"), "dot").unwrap();
+    fs::write(root.join("a-b"), "dash").unwrap();
+    fs::write(root.join("A"), "upper").unwrap();
+    fs::write(root.join("empty"), "").unwrap();
+    fs::set_permissions(root.join("a.txt"), fs::Permissions::from_mode(0o751)).unwrap();
+    let c = cap(&w);
+    let dst = w.dir.join("ident");
+    let r = restore(&w.reg, &c.checkpoint_id, &dst, RestoreLimits::default()).unwrap();
+    assert_eq!(
+        r.base_identity,
+        stow_workspace::tree::base_identity(&dst).unwrap()
+    );
+    assert_eq!(
+        r.base_identity,
+        stow_workspace::tree::base_identity(root).unwrap()
+    );
+    assert_eq!(
+        fs::metadata(dst.join("a.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o751
+    );
+}
+
+#[test]
+fn restore_refuses_a_corrupt_payload_and_leaves_nothing() {
+    let w = setup("");
+    let c = cap(&w);
+    let m = checkpoint::load_manifest(&w.reg, &c.checkpoint_id).unwrap();
+    let f = m.files.iter().find(|f| f.path == "seed.txt").unwrap();
+    let blob = blob_file(&w.reg, &f.sha256);
+    fs::set_permissions(&blob, fs::Permissions::from_mode(0o600)).unwrap();
+    // Same size, different bytes: only the digest can tell.
+    fs::write(&blob, "SEED").unwrap();
+    let dst = w.dir.join("bad");
+    let err = restore(&w.reg, &c.checkpoint_id, &dst, RestoreLimits::default()).unwrap_err();
+    assert_eq!(err.code(), "corrupt_checkpoint");
+    assert!(!dst.exists());
+}
