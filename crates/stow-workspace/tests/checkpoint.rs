@@ -384,3 +384,54 @@ fn restore_refuses_a_corrupt_payload_and_leaves_nothing() {
     assert_eq!(err.code(), "corrupt_checkpoint");
     assert!(!dst.exists());
 }
+
+#[test]
+fn a_damaged_stat_cache_only_costs_rehashing() {
+    let w = setup("");
+    let c1 = cap(&w);
+    let cache = w
+        .reg
+        .state_dir()
+        .join("statcache")
+        .join(format!("{}.cache", w.ws.workspace_id));
+    let good = fs::read(&cache).unwrap();
+    // Torn (as after a crash before writeback) or overwritten with junk.
+    for bad in [good[..good.len() / 2].to_vec(), vec![0u8; good.len()]] {
+        fs::write(&cache, &bad).unwrap();
+        let c = cap(&w);
+        let d = checkpoint::diff(&w.reg, &c1.checkpoint_id, &c.checkpoint_id).unwrap();
+        assert!(d.changes.is_empty());
+        checkpoint::verify(&w.reg, &c.checkpoint_id).unwrap();
+    }
+    // The last capture rewrote a valid cache.
+    assert_eq!(fs::read(&cache).unwrap().len(), good.len());
+}
+
+#[test]
+fn scans_see_files_in_nested_and_sibling_directories() {
+    let w = setup("");
+    let root = &w.ws.root;
+    for d in 0..20 {
+        for f in 0..5 {
+            let p = root.join(format!("t{d:02}/u{}/f{f}", d % 3));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, format!("{d}-{f}")).unwrap();
+        }
+    }
+    fs::create_dir_all(root.join("t03/.ssh")).unwrap();
+    fs::write(root.join("t03/.ssh/id"), "k").unwrap();
+    fs::write(root.join("t07/u1/.env"), "S=1").unwrap();
+    let c = cap(&w);
+    assert_eq!(c.files, 2 + 100);
+    assert_eq!(c.excluded_sensitive_paths, vec!["t03/.ssh/", "t07/u1/.env"]);
+    let m = checkpoint::load_manifest(&w.reg, &c.checkpoint_id).unwrap();
+    let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    // A symlink anywhere is refused.
+    std::os::unix::fs::symlink("f0", root.join("t11/u2/link")).unwrap();
+    let err =
+        checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "invalid_input");
+}
