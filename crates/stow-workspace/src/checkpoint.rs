@@ -663,7 +663,7 @@ pub(crate) fn capture_locked(
         ));
     }
     // Bytes are durable: only now do blobs reach their content address.
-    let stored_bytes = publish_blob_names(registry, &staged)?;
+    let (stored_bytes, blob_dirs) = publish_blob_names(registry, &staged)?;
     let (primary_bucket, buckets, objects) = match objects_before {
         Some(snap) => (
             Some(rec.bucket.clone()),
@@ -743,12 +743,16 @@ pub(crate) fn capture_locked(
             })
             .collect(),
     };
-    // Every blob the new cache names is already published, so it is saved
-    // while the checkpoint directory is flushed.
-    std::thread::scope(|s| {
-        s.spawn(|| new_cache.save(&cache_path(registry, ws)));
-        publish_checkpoint(registry, &manifest, &summary, &extra)
-    })?;
+    // Saved only once the blob names it holds are durable (digests from the
+    // cache are trusted without looking at the blob), while the checkpoint
+    // is renamed into place.
+    let save_cache = || new_cache.save(&cache_path(registry, ws));
+    let flush = if staged.len() > FEW_BLOBS {
+        Flush::Syncfs
+    } else {
+        Flush::Paths(&blob_dirs)
+    };
+    publish_checkpoint(registry, &manifest, &summary, &extra, flush, &save_cache)?;
     Ok(CheckpointResult {
         version: 1,
         checkpoint_id: id.to_string(),
@@ -1020,11 +1024,17 @@ fn make_blobs_durable(registry: &Registry, staged: &[(&Produced, u64)]) -> Resul
     }
 }
 
-/// Moves durable staged blobs to their content address and makes the names
-/// durable before any manifest names them. Returns the bytes newly stored.
-fn publish_blob_names(registry: &Registry, staged: &[(&Produced, u64)]) -> Result<u64> {
+/// Moves durable staged blobs to their content address. Returns the bytes
+/// newly stored and the directories whose entries changed: the caller
+/// flushes them together with the checkpoint's own files, before the
+/// checkpoint is renamed into place (the only point where a manifest
+/// naming these blobs becomes visible).
+fn publish_blob_names(
+    registry: &Registry,
+    staged: &[(&Produced, u64)],
+) -> Result<(u64, Vec<PathBuf>)> {
     if staged.is_empty() {
-        return Ok(0);
+        return Ok((0, Vec::new()));
     }
     let blobs = state(registry).join("blobs");
     let mut stored = 0u64;
@@ -1049,23 +1059,33 @@ fn publish_blob_names(registry: &Registry, staged: &[(&Produced, u64)]) -> Resul
         fs::rename(tmp, &dst).map_err(|e| WsError::io_at("publish blob", &dst, e))?;
         stored += size;
     }
-    if staged.len() <= FEW_BLOBS {
-        let mut all: Vec<&Path> = vec![&blobs];
-        all.extend(dirs.iter().map(PathBuf::as_path));
-        fsync_parallel(&all)?;
-    } else {
-        syncfs(&blobs)?;
-    }
-    Ok(stored)
+    // The blob root gains an entry when a new `<xx>` directory is made.
+    let mut changed = vec![blobs];
+    changed.extend(dirs);
+    Ok((stored, changed))
+}
+
+/// How a checkpoint's files are made durable before it is renamed into
+/// place.
+pub(crate) enum Flush<'a> {
+    /// fsync its files and stage directory, plus these paths, in parallel.
+    Paths(&'a [PathBuf]),
+    /// One syncfs (after many new blobs: it flushes their names too).
+    Syncfs,
 }
 
 /// Publishes a checkpoint directory atomically: stage, fsync, rename,
 /// fsync the parent. `extra` holds additional (name, bytes) files.
+///
+/// `after_flush` runs on its own thread once everything is durable, while
+/// the rename and the parent flush proceed.
 pub(crate) fn publish_checkpoint(
     registry: &Registry,
     manifest: &CheckpointManifest,
     summary: &Summary,
     extra: &[(&str, Vec<u8>)],
+    flush: Flush,
+    after_flush: &(dyn Fn() + Sync),
 ) -> Result<()> {
     let dir = checkpoints_dir(registry);
     create_private_dir(&dir)?;
@@ -1091,11 +1111,17 @@ pub(crate) fn publish_checkpoint(
                 .map_err(|e| WsError::io_at("write", &p, e))?;
             written.push(p);
         }
-        // Every file and the stage directory itself, flushed together; all
-        // are durable before the rename below makes the checkpoint visible.
-        written.push(stage.clone());
-        let paths: Vec<&Path> = written.iter().map(PathBuf::as_path).collect();
-        fsync_parallel(&paths)?;
+        // Every file, the stage directory itself and the blob directories,
+        // flushed together; all are durable before the rename below makes
+        // the checkpoint visible.
+        match flush {
+            Flush::Paths(more) => {
+                written.push(stage.clone());
+                let paths: Vec<&Path> = written.iter().chain(more).map(PathBuf::as_path).collect();
+                fsync_parallel(&paths)?;
+            }
+            Flush::Syncfs => syncfs(&stage)?,
+        }
         let dst = dir.join(&manifest.id);
         if dst.exists() {
             return Err(WsError::InvalidRequest(format!(
@@ -1103,10 +1129,13 @@ pub(crate) fn publish_checkpoint(
                 manifest.id
             )));
         }
-        fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
-        // Past the rename the checkpoint is visible: a failure now leaves
-        // its durability unknown, never "not committed".
-        fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+        std::thread::scope(|s| {
+            s.spawn(after_flush);
+            fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
+            // Past the rename the checkpoint is visible: a failure now
+            // leaves its durability unknown, never "not committed".
+            fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+        })
     };
     let r = write();
     if r.is_err() {
