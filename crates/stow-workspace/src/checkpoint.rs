@@ -977,30 +977,34 @@ fn staged_blobs<'a>(all: &[(&'a Produced, u64)]) -> Vec<(&'a Produced, u64)> {
         .collect()
 }
 
-/// Fsyncs files or directories, each on its own thread, so the file system
-/// can flush them together instead of one after another.
+/// At most this many fsyncs are in flight at once (the spec's bound for a
+/// checkpoint's files; enough for the file system to batch them).
+const FSYNC_PARALLEL: usize = 16;
+
+/// Fsyncs files or directories on up to `FSYNC_PARALLEL` threads, so the
+/// file system can flush them together instead of one after another.
 fn fsync_parallel(paths: &[&Path]) -> Result<()> {
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = paths
-            .iter()
-            .map(|p| {
-                s.spawn(move || {
-                    File::open(p)
-                        .and_then(|f| f.sync_all())
-                        .map_err(|e| WsError::io_at("fsync", p, e))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(WsError::InvalidRequest("fsync worker panicked".into()))
-                })
-            })
-            .collect()
+    let next = AtomicUsize::new(0);
+    let first_err: Mutex<Option<WsError>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..paths.len().min(FSYNC_PARALLEL) {
+            s.spawn(|| {
+                while let Some(p) = paths.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let r = File::open(p).and_then(|f| f.sync_all());
+                    if let Err(e) = r {
+                        if let Ok(mut slot) = first_err.lock() {
+                            slot.get_or_insert(WsError::io_at("fsync", p, e));
+                        }
+                    }
+                }
+            });
+        }
     });
-    results.into_iter().collect()
+    match first_err.into_inner() {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(e),
+        Err(_) => Err(WsError::InvalidRequest("fsync worker panicked".into())),
+    }
 }
 
 /// Makes the bytes of staged blobs durable. Nothing is published here, so
