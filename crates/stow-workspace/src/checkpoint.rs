@@ -10,7 +10,7 @@
 //! R/.stow/checkpoints/.stage-*         a capture being assembled (ignored)
 //! R/.stow/checkpoints/.deleted-*       a checkpoint being removed (ignored)
 //! R/.stow/tmp/                         blobs being written
-//! R/.stow/statcache/<ws>.json          per-workspace stat cache
+//! R/.stow/statcache/<ws>.cache         per-workspace stat cache (binary)
 //! R/.stow/capture-locks/<ws>.lock      per-workspace capture lock
 //! ```
 //!
@@ -21,7 +21,7 @@
 //! lock (which every capture also holds) and deletes only blobs no published
 //! manifest names; it refuses to run when any manifest is unreadable.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -37,7 +37,8 @@ use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, fsync_dir, hex, now_rfc3339, random_hex, FileLock};
 use crate::paths::{check_checkpoint_id, check_checkpoint_path, is_sensitive};
 use crate::registry::{min_bound, Registry};
-use crate::tree::{excluded, sorted_entries};
+use crate::statcache::{unhex32, CacheEntry, StatCache};
+use crate::tree::excluded;
 
 /// One captured file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -183,91 +184,214 @@ struct Scan {
     excluded: Vec<String>,
 }
 
+/// Threads a scan uses: directories are independent, so two threads keep
+/// the per-entry `statx` calls (the bulk of a scan) flowing on a second core.
+const SCAN_THREADS: usize = 2;
+
+/// Directories waiting to be read, shared by the scan threads.
+struct ScanQueue {
+    /// (absolute directory, slash path relative to the root, depth).
+    pending: Vec<(PathBuf, String, usize)>,
+    /// Threads currently reading a directory (they may queue more).
+    busy: usize,
+    error: Option<WsError>,
+}
+
 fn scan(root: &Path, include_sensitive: bool) -> Result<Scan> {
+    let queue = Mutex::new(ScanQueue {
+        pending: vec![(root.to_path_buf(), String::new(), 0)],
+        busy: 0,
+        error: None,
+    });
+    let wake = std::sync::Condvar::new();
+    let parts: Vec<Scan> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..SCAN_THREADS)
+            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let q = queue
+        .into_inner()
+        .map_err(|_| WsError::InvalidRequest("scan worker panicked".into()))?;
+    if let Some(e) = q.error {
+        return Err(e);
+    }
+    if !q.pending.is_empty() || q.busy != 0 {
+        return Err(WsError::InvalidRequest("scan worker panicked".into()));
+    }
     let mut out = Scan::default();
-    scan_dir(root, "", 0, include_sensitive, &mut out)?;
-    out.files.sort_by(|a, b| a.path.cmp(&b.path));
-    out.excluded.sort();
+    for p in parts {
+        out.files.extend(p.files);
+        out.excluded.extend(p.excluded);
+    }
+    // Threads finish directories in any order; the result is sorted so two
+    // scans of the same tree compare equal.
+    out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.excluded.sort_unstable();
     Ok(out)
 }
 
-fn scan_dir(dir: &Path, rel: &str, depth: usize, sens: bool, out: &mut Scan) -> Result<()> {
-    for entry in sorted_entries(dir)? {
-        let name = entry.file_name().to_string_lossy().into_owned();
+/// Takes directories off the queue until none are left (or one failed).
+fn scan_worker(queue: &Mutex<ScanQueue>, wake: &std::sync::Condvar, sens: bool) -> Scan {
+    let mut out = Scan::default();
+    let mut subdirs = Vec::new();
+    let Ok(mut q) = queue.lock() else {
+        return out;
+    };
+    loop {
+        if q.error.is_some() {
+            break;
+        }
+        let Some((dir, rel, depth)) = q.pending.pop() else {
+            if q.busy == 0 {
+                break;
+            }
+            q = match wake.wait(q) {
+                Ok(q) => q,
+                Err(_) => return out,
+            };
+            continue;
+        };
+        q.busy += 1;
+        drop(q);
+        let guard = PanicGuard { queue, wake };
+        let r = scan_dir(&dir, &rel, depth, sens, &mut out, &mut subdirs);
+        std::mem::forget(guard);
+        q = match queue.lock() {
+            Ok(q) => q,
+            Err(_) => return out,
+        };
+        q.busy -= 1;
+        match r {
+            Ok(()) => q.pending.append(&mut subdirs),
+            Err(e) => {
+                subdirs.clear();
+                q.error.get_or_insert(e);
+            }
+        }
+        wake.notify_all();
+    }
+    wake.notify_all();
+    out
+}
+
+/// Armed while a scan thread reads a directory: if that panics, the other
+/// threads must not wait forever for it to queue more work.
+struct PanicGuard<'a> {
+    queue: &'a Mutex<ScanQueue>,
+    wake: &'a std::sync::Condvar,
+}
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.busy = q.busy.saturating_sub(1);
+        q.error
+            .get_or_insert_with(|| WsError::InvalidRequest("scan worker panicked".into()));
+        self.wake.notify_all();
+    }
+}
+
+/// Reads one directory: files are stat'ed (one `statx` each, relative to
+/// the open directory), subdirectories are queued in `subdirs`. The entry
+/// type comes from the directory listing, so directories cost no stat.
+fn scan_dir(
+    dir: &Path,
+    rel: &str,
+    depth: usize,
+    sens: bool,
+    out: &mut Scan,
+    subdirs: &mut Vec<(PathBuf, String, usize)>,
+) -> Result<()> {
+    let rd = fs::read_dir(dir).map_err(|e| WsError::io_at("read directory", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| WsError::io_at("read directory", dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
         if excluded(depth, &name) {
             continue;
         }
         let child = if rel.is_empty() {
-            name.clone()
+            name.into_owned()
         } else {
             format!("{rel}/{name}")
         };
-        let path = entry.path();
-        // DirEntry::metadata does not follow symlinks and stats relative to
-        // the open directory, cheaper than resolving the full path again.
-        let meta = entry
-            .metadata()
-            .map_err(|e| WsError::io_at("stat", &path, e))?;
-        let ft = meta.file_type();
+        let ft = entry
+            .file_type()
+            .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
         if ft.is_dir() {
             if !sens && is_sensitive(&format!("{child}/")) {
                 out.excluded.push(format!("{child}/"));
                 continue;
             }
-            scan_dir(&path, &child, depth + 1, sens, out)?;
-        } else if ft.is_file() {
+            subdirs.push((entry.path(), child, depth + 1));
+            continue;
+        }
+        if ft.is_file() {
             if !sens && is_sensitive(&child) {
                 out.excluded.push(child);
                 continue;
             }
             check_checkpoint_path(&child)?;
-            out.files.push(Scanned {
-                path: child,
-                size: meta.len(),
-                mode: meta.permissions().mode() & 0o777,
-                mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-                ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-                ino: meta.ino(),
-            });
-        } else {
-            return Err(WsError::InvalidInput {
-                path,
-                reason: "symbolic links and special files cannot be captured".into(),
-            });
+            // DirEntry::metadata does not follow symlinks and stats
+            // relative to the open directory.
+            let meta = entry
+                .metadata()
+                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+            // Replaced by something else since the listing: refuse like
+            // any non-regular entry (the re-scan would catch it anyway).
+            if meta.file_type().is_file() {
+                out.files.push(Scanned {
+                    path: child,
+                    size: meta.len(),
+                    mode: meta.permissions().mode() & 0o777,
+                    mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+                    ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+                    ino: meta.ino(),
+                });
+                continue;
+            }
         }
+        return Err(WsError::InvalidInput {
+            path: entry.path(),
+            reason: "symbolic links and special files cannot be captured".into(),
+        });
     }
     Ok(())
 }
 
-/// The per-workspace stat cache.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct StatCache {
-    /// When the scan that produced the entries started; an entry whose mtime
-    /// is not older than this is "racily clean" (git's rule) and re-hashed.
-    scan_start_ns: i64,
-    entries: BTreeMap<String, CacheEntry>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct CacheEntry {
-    size: u64,
-    mode: u32,
-    mtime_ns: i64,
-    ctime_ns: i64,
-    ino: u64,
-    sha256: String,
-}
-
+/// The per-workspace stat cache (binary; see `statcache`).
 fn cache_path(registry: &Registry, ws: &str) -> PathBuf {
+    state(registry)
+        .join("statcache")
+        .join(format!("{ws}.cache"))
+}
+
+/// The JSON stat cache of earlier versions, removed with the workspace.
+fn legacy_cache_path(registry: &Registry, ws: &str) -> PathBuf {
     state(registry).join("statcache").join(format!("{ws}.json"))
 }
 
-fn load_cache(registry: &Registry, ws: &str) -> StatCache {
-    // A missing or unreadable cache only costs re-hashing.
-    fs::read(cache_path(registry, ws))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// Cached digests for a sorted scan: both lists are in path order, so one
+/// merge pass matches them without building a map.
+fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<String>> {
+    let mut entries = cache.entries.iter().peekable();
+    files
+        .iter()
+        .map(|f| {
+            while entries.next_if(|c| c.path < f.path).is_some() {}
+            let c = entries.next_if(|c| c.path == f.path)?;
+            let same = c.size == f.size
+                && c.mode == f.mode
+                && c.mtime_ns == f.mtime_ns
+                && c.ctime_ns == f.ctime_ns
+                && c.ino == f.ino;
+            (same && f.mtime_ns < cache.scan_start_ns).then(|| hex(&c.sha256))
+        })
+        .collect()
 }
 
 fn now_ns() -> i64 {
@@ -409,7 +533,13 @@ pub(crate) fn capture_locked(
         )));
     }
     let scan_start = now_ns();
-    let before = scan(&rec.dir, opts.include_sensitive)?;
+    // The stat cache is read while the tree is scanned.
+    let (before, cache) = std::thread::scope(|s| {
+        let cache = s.spawn(|| StatCache::load(&cache_path(registry, ws)));
+        let before = scan(&rec.dir, opts.include_sensitive);
+        (before, cache.join().unwrap_or_default())
+    });
+    let before = before?;
     let objects_before = if opts.portable {
         Some(snapshot_objects(
             &rec.dir,
@@ -459,23 +589,13 @@ pub(crate) fn capture_locked(
     }
     admit(registry, rec, bytes)?;
 
-    let cache = load_cache(registry, ws);
     let work: Vec<Work> = before
         .files
         .iter()
-        .map(|f| {
-            let cached = cache.entries.get(&f.path).and_then(|c| {
-                let same = c.size == f.size
-                    && c.mode == f.mode
-                    && c.mtime_ns == f.mtime_ns
-                    && c.ctime_ns == f.ctime_ns
-                    && c.ino == f.ino;
-                (same && f.mtime_ns < cache.scan_start_ns && valid_sha(&c.sha256))
-                    .then(|| c.sha256.clone())
-            });
-            Work { file: f, cached }
-        })
+        .zip(cached_digests(&cache, &before.files))
+        .map(|(file, cached)| Work { file, cached })
         .collect();
+    drop(cache);
     let tmp = state(registry).join("tmp");
     create_private_dir(&tmp)?;
     let produced = produce_all(registry, &rec.dir, &tmp, &work)?;
@@ -495,15 +615,41 @@ pub(crate) fn capture_locked(
     if let Some(hook) = opts.after_copy {
         hook();
     }
-    let after = scan(&rec.dir, opts.include_sensitive)?;
-    let objects_after = if opts.portable {
-        Some(snapshot_objects(
-            &rec.dir,
-            &rec.bucket,
-            opts.include_sensitive,
-        )?)
-    } else {
-        None
+    let mut to_publish: Vec<(&Produced, u64)> = produced
+        .iter()
+        .zip(&work)
+        .map(|(p, w)| (p, w.file.size))
+        .collect();
+    to_publish.extend(object_payloads.iter().map(|(p, s)| (p, *s)));
+    let staged = staged_blobs(&to_publish);
+    // The staged bytes are flushed while the tree is re-scanned: the flush
+    // waits on the disk, the scan on the CPU.
+    let (rescan, durable) = std::thread::scope(|s| {
+        let durable = s.spawn(|| make_blobs_durable(registry, &staged));
+        let rescan = scan(&rec.dir, opts.include_sensitive).and_then(|after| {
+            let objects_after = if opts.portable {
+                Some(snapshot_objects(
+                    &rec.dir,
+                    &rec.bucket,
+                    opts.include_sensitive,
+                )?)
+            } else {
+                None
+            };
+            Ok((after, objects_after))
+        });
+        let durable = durable
+            .join()
+            .unwrap_or_else(|_| Err(WsError::InvalidRequest("fsync worker panicked".into())));
+        (rescan, durable)
+    });
+    let (after, objects_after) = match rescan.and_then(|r| durable.map(|()| r)) {
+        Ok(r) => r,
+        Err(e) => {
+            discard(&produced);
+            discard_pairs(&object_payloads);
+            return Err(e);
+        }
     };
     let objects_same = match (&objects_before, &objects_after) {
         (Some(a), Some(b)) => a.identity() == b.identity(),
@@ -516,13 +662,8 @@ pub(crate) fn capture_locked(
             "files or objects changed between the scans before and after copying; pause writers and retry".into(),
         ));
     }
-    let mut to_publish: Vec<(&Produced, u64)> = produced
-        .iter()
-        .zip(&work)
-        .map(|(p, w)| (p, w.file.size))
-        .collect();
-    to_publish.extend(object_payloads.iter().map(|(p, s)| (p, *s)));
-    let stored_bytes = publish_blobs(registry, &to_publish)?;
+    // Bytes are durable: only now do blobs reach their content address.
+    let (stored_bytes, blob_dirs) = publish_blob_names(registry, &staged)?;
     let (primary_bucket, buckets, objects) = match objects_before {
         Some(snap) => (
             Some(rec.bucket.clone()),
@@ -580,45 +721,38 @@ pub(crate) fn capture_locked(
         bytes,
     };
     let extra: Vec<(&str, Vec<u8>)> = receipt.map(|r| ("receipt.json", r)).into_iter().collect();
-    publish_checkpoint(registry, &manifest, &summary, &extra)?;
-
     // The stat cache is an optimisation: failing to save it is harmless.
+    // Not fsynced: after a crash the cache is the old one, the new one or
+    // unreadable (then ignored); each entry names a published blob.
     let new_cache = StatCache {
         scan_start_ns: scan_start,
         entries: before
             .files
             .iter()
             .zip(&produced)
-            .map(|(f, p)| {
-                (
-                    f.path.clone(),
-                    CacheEntry {
-                        size: f.size,
-                        mode: f.mode,
-                        mtime_ns: f.mtime_ns,
-                        ctime_ns: f.ctime_ns,
-                        ino: f.ino,
-                        sha256: p.sha256.clone(),
-                    },
-                )
+            .filter_map(|(f, p)| {
+                Some(CacheEntry {
+                    path: f.path.clone(),
+                    size: f.size,
+                    mode: f.mode,
+                    mtime_ns: f.mtime_ns,
+                    ctime_ns: f.ctime_ns,
+                    ino: f.ino,
+                    sha256: unhex32(&p.sha256)?,
+                })
             })
             .collect(),
     };
-    // Not fsynced: after a crash the cache is the old one, the new one or
-    // unreadable (then ignored); each entry names a published blob.
-    if let Ok(b) = serde_json::to_vec(&new_cache) {
-        let dir = state(registry).join("statcache");
-        if create_private_dir(&dir).is_ok() {
-            let path = cache_path(registry, ws);
-            let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
-            if fs::write(&tmp, &b)
-                .and_then(|()| fs::rename(&tmp, &path))
-                .is_err()
-            {
-                let _ = fs::remove_file(&tmp);
-            }
-        }
-    }
+    // Saved only once the blob names it holds are durable (digests from the
+    // cache are trusted without looking at the blob), while the checkpoint
+    // is renamed into place.
+    let save_cache = || new_cache.save(&cache_path(registry, ws));
+    let flush = if staged.len() > FEW_BLOBS {
+        Flush::Syncfs
+    } else {
+        Flush::Paths(&blob_dirs)
+    };
+    publish_checkpoint(registry, &manifest, &summary, &extra, flush, &save_cache)?;
     Ok(CheckpointResult {
         version: 1,
         checkpoint_id: id.to_string(),
@@ -835,90 +969,127 @@ fn syncfs(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Makes staged blobs durable, then moves them to their content address.
-/// Returns the bytes newly stored.
-fn publish_blobs(registry: &Registry, all: &[(&Produced, u64)]) -> Result<u64> {
-    let staged: Vec<(&Produced, u64)> = all
-        .iter()
+/// The payloads of a capture that were staged (new to the blob store).
+fn staged_blobs<'a>(all: &[(&'a Produced, u64)]) -> Vec<(&'a Produced, u64)> {
+    all.iter()
         .filter(|(p, _)| p.staged.is_some())
         .copied()
-        .collect();
-    if staged.is_empty() {
-        return Ok(0);
+        .collect()
+}
+
+/// At most this many fsyncs are in flight at once (the spec's bound for a
+/// checkpoint's files; enough for the file system to batch them).
+const FSYNC_PARALLEL: usize = 16;
+
+/// Fsyncs files or directories on up to `FSYNC_PARALLEL` threads, so the
+/// file system can flush them together instead of one after another.
+fn fsync_parallel(paths: &[&Path]) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    let first_err: Mutex<Option<WsError>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..paths.len().min(FSYNC_PARALLEL) {
+            s.spawn(|| {
+                while let Some(p) = paths.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let r = File::open(p).and_then(|f| f.sync_all());
+                    if let Err(e) = r {
+                        if let Ok(mut slot) = first_err.lock() {
+                            slot.get_or_insert(WsError::io_at("fsync", p, e));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    match first_err.into_inner() {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(e),
+        Err(_) => Err(WsError::InvalidRequest("fsync worker panicked".into())),
     }
-    let blobs = state(registry).join("blobs");
-    // Bytes first: nothing reaches a content address before it is durable.
-    // A few new blobs are fsynced one by one; many are flushed with one
+}
+
+/// Makes the bytes of staged blobs durable. Nothing is published here, so
+/// it can run while the tree is re-scanned; a capture that then finds the
+/// tree changed only discards the staged files.
+fn make_blobs_durable(registry: &Registry, staged: &[(&Produced, u64)]) -> Result<()> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    // A few new blobs are fsynced (in parallel); many are flushed with one
     // syncfs (cheaper than thousands of fsyncs, but it also flushes other
     // dirty data of the file system).
-    let few = staged.len() <= FEW_BLOBS;
-    if few {
-        // In parallel, so the file system can batch them into few journal
-        // commits.
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = staged
-                .iter()
-                .filter_map(|(p, _)| p.staged.as_ref())
-                .map(|tmp| {
-                    s.spawn(move || {
-                        File::open(tmp)
-                            .and_then(|f| f.sync_all())
-                            .map_err(|e| WsError::io_at("fsync", tmp, e))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(WsError::InvalidRequest("fsync worker panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        for r in results {
-            r?;
-        }
+    if staged.len() <= FEW_BLOBS {
+        let files: Vec<&Path> = staged
+            .iter()
+            .filter_map(|(p, _)| p.staged.as_deref())
+            .collect();
+        fsync_parallel(&files)
     } else {
-        syncfs(blobs.parent().unwrap_or(&blobs))?;
+        syncfs(&state(registry))
     }
+}
+
+/// Moves durable staged blobs to their content address. Returns the bytes
+/// newly stored and the directories whose entries changed: the caller
+/// flushes them together with the checkpoint's own files, before the
+/// checkpoint is renamed into place (the only point where a manifest
+/// naming these blobs becomes visible).
+fn publish_blob_names(
+    registry: &Registry,
+    staged: &[(&Produced, u64)],
+) -> Result<(u64, Vec<PathBuf>)> {
+    if staged.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let blobs = state(registry).join("blobs");
     let mut stored = 0u64;
     let mut dirs = BTreeSet::new();
+    // Blobs that existed before this capture were never staged (checked
+    // after hashing, under the registry lock every capture holds), so the
+    // only duplicates left are files of this capture with equal content.
+    let mut published: HashSet<&str> = HashSet::new();
     for (p, size) in staged {
         let Some(tmp) = &p.staged else { continue };
-        if blob_ok(registry, &p.sha256, size) {
+        if !published.insert(p.sha256.as_str()) {
             let _ = fs::remove_file(tmp);
             continue;
         }
         let dst = blob_path(registry, &p.sha256);
         if let Some(d) = dst.parent() {
-            if dirs.insert(d.to_path_buf()) {
+            if !dirs.contains(d) {
                 create_private_dir(d)?;
+                dirs.insert(d.to_path_buf());
             }
         }
         fs::rename(tmp, &dst).map_err(|e| WsError::io_at("publish blob", &dst, e))?;
         stored += size;
     }
-    // Then the names: the renames above must be durable before a manifest
-    // names them.
-    if few {
-        fsync_dir(&blobs)?;
-        for d in &dirs {
-            fsync_dir(d)?;
-        }
-    } else {
-        syncfs(&blobs)?;
-    }
-    Ok(stored)
+    // The blob root gains an entry when a new `<xx>` directory is made.
+    let mut changed = vec![blobs];
+    changed.extend(dirs);
+    Ok((stored, changed))
+}
+
+/// How a checkpoint's files are made durable before it is renamed into
+/// place.
+pub(crate) enum Flush<'a> {
+    /// fsync its files and stage directory, plus these paths, in parallel.
+    Paths(&'a [PathBuf]),
+    /// One syncfs (after many new blobs: it flushes their names too).
+    Syncfs,
 }
 
 /// Publishes a checkpoint directory atomically: stage, fsync, rename,
 /// fsync the parent. `extra` holds additional (name, bytes) files.
+///
+/// `after_flush` runs on its own thread once everything is durable, while
+/// the rename and the parent flush proceed.
 pub(crate) fn publish_checkpoint(
     registry: &Registry,
     manifest: &CheckpointManifest,
     summary: &Summary,
     extra: &[(&str, Vec<u8>)],
+    flush: Flush,
+    after_flush: &(dyn Fn() + Sync),
 ) -> Result<()> {
     let dir = checkpoints_dir(registry);
     create_private_dir(&dir)?;
@@ -931,6 +1102,7 @@ pub(crate) fn publish_checkpoint(
     ];
     files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
     let write = || -> Result<()> {
+        let mut written: Vec<PathBuf> = Vec::with_capacity(files.len() + 1);
         for (name, bytes) in &files {
             let p = stage.join(name);
             let mut f = fs::OpenOptions::new()
@@ -940,10 +1112,20 @@ pub(crate) fn publish_checkpoint(
                 .open(&p)
                 .map_err(|e| WsError::io_at("write", &p, e))?;
             f.write_all(bytes)
-                .and_then(|_| f.sync_all())
                 .map_err(|e| WsError::io_at("write", &p, e))?;
+            written.push(p);
         }
-        fsync_dir(&stage)?;
+        // Every file, the stage directory itself and the blob directories,
+        // flushed together; all are durable before the rename below makes
+        // the checkpoint visible.
+        match flush {
+            Flush::Paths(more) => {
+                written.push(stage.clone());
+                let paths: Vec<&Path> = written.iter().chain(more).map(PathBuf::as_path).collect();
+                fsync_parallel(&paths)?;
+            }
+            Flush::Syncfs => syncfs(&stage)?,
+        }
         let dst = dir.join(&manifest.id);
         if dst.exists() {
             return Err(WsError::InvalidRequest(format!(
@@ -951,10 +1133,13 @@ pub(crate) fn publish_checkpoint(
                 manifest.id
             )));
         }
-        fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
-        // Past the rename the checkpoint is visible: a failure now leaves
-        // its durability unknown, never "not committed".
-        fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+        std::thread::scope(|s| {
+            s.spawn(after_flush);
+            fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
+            // Past the rename the checkpoint is visible: a failure now
+            // leaves its durability unknown, never "not committed".
+            fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+        })
     };
     let r = write();
     if r.is_err() {
@@ -1084,10 +1269,20 @@ pub fn verify(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
 }
 
 /// Writes a checkpoint's files into `root` (which exists and is empty but
-/// for `.stow`), verifying each payload first, reproducing modes exactly.
-pub(crate) fn materialize(registry: &Registry, m: &CheckpointManifest, root: &Path) -> Result<()> {
-    // Directories first (single-threaded, cheap), then files in parallel:
-    // each worker verifies a payload and copies it in-kernel.
+/// for `.stow`), reproducing modes exactly, and returns the restored tree's
+/// `base_identity`.
+///
+/// Each payload is verified while it is copied: the copy reads the blob
+/// once, hashing the same bytes it writes, so a torn or altered blob fails
+/// the restore (the caller removes the half-made root) without a separate
+/// verification pass. The identity is a single sequential hash in walk
+/// order, so one extra thread computes it from the (page-cached) blobs
+/// while the copies run, instead of re-reading the whole tree afterwards.
+pub(crate) fn materialize(
+    registry: &Registry,
+    m: &CheckpointManifest,
+    root: &Path,
+) -> Result<String> {
     let mut made: BTreeSet<PathBuf> = BTreeSet::new();
     for f in &m.files {
         check_checkpoint_path(&f.path)?;
@@ -1102,40 +1297,138 @@ pub(crate) fn materialize(registry: &Registry, m: &CheckpointManifest, root: &Pa
             }
         }
     }
+    // Walk order of `base_identity`: names compared per directory level.
+    // Checkpoint paths never contain `.git` or a leading `.stow` (checked
+    // above), so the restored tree holds exactly these files besides `.stow`.
+    let mut order: Vec<&FileEntry> = m.files.iter().collect();
+    order.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     let next = AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let first_err: Mutex<Option<WsError>> = Mutex::new(None);
+    let record = |e: WsError| {
+        failed.store(true, Ordering::Relaxed);
+        if let Ok(mut slot) = first_err.lock() {
+            slot.get_or_insert(e);
+        }
+    };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(2, 4);
-    std::thread::scope(|s| {
+    let identity = std::thread::scope(|s| {
+        let identity = s.spawn(|| identity_of_blobs(registry, &order, &failed));
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= m.files.len() || first_err.lock().map(|e| e.is_some()).unwrap_or(true) {
-                    break;
-                }
-                let f = &m.files[i];
-                let r = verify_blob(registry, f).and_then(|()| {
-                    crate::prepare::copy_new_file(
-                        &blob_path(registry, &f.sha256),
-                        &root.join(&f.path),
-                        f.mode,
-                    )
-                });
-                if let Err(e) = r {
-                    if let Ok(mut slot) = first_err.lock() {
-                        slot.get_or_insert(e);
+            s.spawn(|| {
+                let mut buf = vec![0u8; 256 << 10];
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= order.len() || failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Err(e) = copy_verified(registry, order[i], root, &mut buf) {
+                        record(e);
                     }
                 }
             });
         }
+        identity.join()
     });
-    match first_err.into_inner() {
-        Ok(None) => Ok(()),
-        Ok(Some(e)) => Err(e),
+    if let Ok(Some(e)) = first_err.into_inner() {
+        return Err(e);
+    }
+    match identity {
+        Ok(Ok(Some(id))) => Ok(id),
+        Ok(Ok(None)) => Err(WsError::InvalidRequest("restore stopped early".into())),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(WsError::InvalidRequest("restore worker panicked".into())),
     }
+}
+
+/// Copies one payload to `root/<path>` (exclusive create, exact mode),
+/// hashing the bytes as they are written; a size or digest mismatch is
+/// `Corrupt`.
+fn copy_verified(registry: &Registry, f: &FileEntry, root: &Path, buf: &mut [u8]) -> Result<()> {
+    let src = blob_path(registry, &f.sha256);
+    let dst = root.join(&f.path);
+    let mut input = File::open(&src)
+        .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+    // Exclusive create: two manifest entries can never write one file.
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&dst)
+        .map_err(|e| WsError::io_at("create", &dst, e))?;
+    let mut h = Sha256::new();
+    let mut total = 0u64;
+    loop {
+        let n = match input.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(WsError::io_at("read", &src, e)),
+        };
+        if n == 0 {
+            break;
+        }
+        let chunk = buf.get(..n).unwrap_or_default();
+        h.update(chunk);
+        out.write_all(chunk)
+            .map_err(|e| WsError::io_at("write", &dst, e))?;
+        total += n as u64;
+    }
+    if total != f.size || hex(&h.finalize()) != f.sha256 {
+        return Err(WsError::Corrupt(format!(
+            "payload of {} does not match its digest",
+            f.path
+        )));
+    }
+    // fchmod on the open file: exact mode regardless of the umask.
+    out.set_permissions(fs::Permissions::from_mode(f.mode))
+        .map_err(|e| WsError::io_at("chmod", &dst, e))
+}
+
+/// `base_identity` of a tree holding exactly `files` (in walk order), read
+/// from their blobs. `None` when stopped because a copy failed.
+fn identity_of_blobs(
+    registry: &Registry,
+    files: &[&FileEntry],
+    failed: &std::sync::atomic::AtomicBool,
+) -> Result<Option<String>> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    for f in files {
+        if failed.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let p = blob_path(registry, &f.sha256);
+        let mut file = File::open(&p)
+            .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+        h.update(f.path.as_bytes());
+        h.update([0u8]);
+        let mut total = 0u64;
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(WsError::io_at("read", &p, e)),
+            };
+            if n == 0 {
+                break;
+            }
+            h.update(buf.get(..n).unwrap_or_default());
+            total += n as u64;
+        }
+        // The copy verifies the digest; the size check keeps a blob that
+        // changed between the two reads from yielding a wrong identity.
+        if total != f.size {
+            return Err(WsError::Corrupt(format!(
+                "payload of {} does not match its size",
+                f.path
+            )));
+        }
+        h.update([0u8]);
+    }
+    Ok(Some(format!("sha256:{}", hex(&h.finalize()))))
 }
 
 /// The result of `checkpoint-delete`.
@@ -1201,6 +1494,7 @@ pub(crate) fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Res
         }
     }
     let _ = fs::remove_file(cache_path(registry, ws));
+    let _ = fs::remove_file(legacy_cache_path(registry, ws));
     let _ = fs::remove_file(
         state(registry)
             .join("capture-locks")

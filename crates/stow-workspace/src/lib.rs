@@ -18,6 +18,7 @@ pub mod paths;
 mod prepare;
 pub mod registry;
 pub mod restore;
+mod statcache;
 pub mod tree;
 
 pub use error::{Result, WsError};

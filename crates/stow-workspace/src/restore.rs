@@ -103,7 +103,7 @@ pub fn restore(
             },
         )?;
         let _session = claim_session(&root, &ws)?;
-        materialize(registry, &m, &root)?;
+        let base_identity = materialize(registry, &m, &root)?;
         if m.version == 2 {
             let view = WorkspaceBucket::open(&root, &bucket)?;
             for b in &m.buckets {
@@ -145,7 +145,7 @@ pub fn restore(
             team: registry.team().map(str::to_string),
             seeded_bytes: bytes,
             seeded_objects: files,
-            base_identity: crate::tree::base_identity(&root)?,
+            base_identity,
             repositories: Vec::new(),
             checkpoint_id: Some(id.to_string()),
             capabilities: capabilities(&rec, RegistryBound::new(bound, count + 1)),

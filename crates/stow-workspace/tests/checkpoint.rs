@@ -329,3 +329,109 @@ fn teams_do_not_see_each_others_checkpoints() {
     );
     let _ = Path::new("");
 }
+
+/// A blob path inside a registry partition, as the checkpoint layout names it.
+fn blob_file(reg: &Registry, sha: &str) -> PathBuf {
+    reg.state_dir().join("blobs").join(&sha[..2]).join(sha)
+}
+
+#[test]
+fn restore_reports_the_identity_of_the_restored_tree() {
+    let w = setup("");
+    let root = &w.ws.root;
+    // Names whose string order differs from the per-directory walk order
+    // ("a.txt" < "a/b" as strings, but the walk visits "a/" first).
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/b/c"), "deep").unwrap();
+    fs::write(root.join("a.txt"), "dot").unwrap();
+    fs::write(root.join("a-b"), "dash").unwrap();
+    fs::write(root.join("A"), "upper").unwrap();
+    fs::write(root.join("empty"), "").unwrap();
+    fs::set_permissions(root.join("a.txt"), fs::Permissions::from_mode(0o751)).unwrap();
+    let c = cap(&w);
+    let dst = w.dir.join("ident");
+    let r = restore(&w.reg, &c.checkpoint_id, &dst, RestoreLimits::default()).unwrap();
+    assert_eq!(
+        r.base_identity,
+        stow_workspace::tree::base_identity(&dst).unwrap()
+    );
+    assert_eq!(
+        r.base_identity,
+        stow_workspace::tree::base_identity(root).unwrap()
+    );
+    assert_eq!(
+        fs::metadata(dst.join("a.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o751
+    );
+}
+
+#[test]
+fn restore_refuses_a_corrupt_payload_and_leaves_nothing() {
+    let w = setup("");
+    let c = cap(&w);
+    let m = checkpoint::load_manifest(&w.reg, &c.checkpoint_id).unwrap();
+    let f = m.files.iter().find(|f| f.path == "seed.txt").unwrap();
+    let blob = blob_file(&w.reg, &f.sha256);
+    fs::set_permissions(&blob, fs::Permissions::from_mode(0o600)).unwrap();
+    // Same size, different bytes: only the digest can tell.
+    fs::write(&blob, "SEED").unwrap();
+    let dst = w.dir.join("bad");
+    let err = restore(&w.reg, &c.checkpoint_id, &dst, RestoreLimits::default()).unwrap_err();
+    assert_eq!(err.code(), "corrupt_checkpoint");
+    assert!(!dst.exists());
+}
+
+#[test]
+fn a_damaged_stat_cache_only_costs_rehashing() {
+    let w = setup("");
+    let c1 = cap(&w);
+    let cache = w
+        .reg
+        .state_dir()
+        .join("statcache")
+        .join(format!("{}.cache", w.ws.workspace_id));
+    let good = fs::read(&cache).unwrap();
+    // Torn (as after a crash before writeback) or overwritten with junk.
+    for bad in [good[..good.len() / 2].to_vec(), vec![0u8; good.len()]] {
+        fs::write(&cache, &bad).unwrap();
+        let c = cap(&w);
+        let d = checkpoint::diff(&w.reg, &c1.checkpoint_id, &c.checkpoint_id).unwrap();
+        assert!(d.changes.is_empty());
+        checkpoint::verify(&w.reg, &c.checkpoint_id).unwrap();
+    }
+    // The last capture rewrote a valid cache.
+    assert_eq!(fs::read(&cache).unwrap().len(), good.len());
+}
+
+#[test]
+fn scans_see_files_in_nested_and_sibling_directories() {
+    let w = setup("");
+    let root = &w.ws.root;
+    for d in 0..20 {
+        for f in 0..5 {
+            let p = root.join(format!("t{d:02}/u{}/f{f}", d % 3));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, format!("{d}-{f}")).unwrap();
+        }
+    }
+    fs::create_dir_all(root.join("t03/.ssh")).unwrap();
+    fs::write(root.join("t03/.ssh/id"), "k").unwrap();
+    fs::write(root.join("t07/u1/.env"), "S=1").unwrap();
+    let c = cap(&w);
+    assert_eq!(c.files, 2 + 100);
+    assert_eq!(c.excluded_sensitive_paths, vec!["t03/.ssh/", "t07/u1/.env"]);
+    let m = checkpoint::load_manifest(&w.reg, &c.checkpoint_id).unwrap();
+    let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    // A symlink anywhere is refused.
+    std::os::unix::fs::symlink("f0", root.join("t11/u2/link")).unwrap();
+    let err =
+        checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "invalid_input");
+}
