@@ -4,6 +4,7 @@
 //! 2 usage error.
 
 mod mcp;
+mod progress;
 mod receipts;
 mod serve;
 mod workspace;

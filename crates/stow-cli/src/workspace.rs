@@ -10,7 +10,9 @@ use stow_workspace::keyed::{keyed_capture, KeyedRequest};
 use stow_workspace::restore::{self, RestoreLimits};
 use stow_workspace::{Registry, WsError};
 
+use crate::progress::TerminalBar;
 use crate::CliError;
+use stow_workspace::progress::Progress;
 
 impl From<WsError> for CliError {
     fn from(e: WsError) -> Self {
@@ -284,13 +286,15 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                     },
                 );
             }
+            let bar = TerminalBar::for_stderr();
             let opts = CaptureOptions {
                 parent,
                 max_bytes,
                 max_files,
                 include_sensitive,
                 portable,
-                after_copy: None,
+                progress: bar.as_ref().map(|b| b as &dyn Progress),
+                ..CaptureOptions::default()
             };
             json(checkpoint::capture(&registry.open()?, &id, &opts)?)
         }
@@ -301,15 +305,19 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             max_bytes,
             max_files,
             registry,
-        } => json(restore::restore(
-            &registry.open()?,
-            &checkpoint_id,
-            &root,
-            RestoreLimits {
-                max_bytes,
-                max_files,
-            },
-        )?),
+        } => {
+            let bar = TerminalBar::for_stderr();
+            json(restore::restore(
+                &registry.open()?,
+                &checkpoint_id,
+                &root,
+                RestoreLimits {
+                    max_bytes,
+                    max_files,
+                    progress: bar.as_ref().map(|b| b as &dyn Progress),
+                },
+            )?)
+        }
         C::CheckpointDelete {
             checkpoint_id,
             registry,

@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, fsync_dir, hex, now_rfc3339, random_hex, FileLock};
 use crate::paths::{check_checkpoint_id, check_checkpoint_path, is_sensitive};
+use crate::progress::Progress;
 use crate::registry::{min_bound, Registry};
 use crate::statcache::{unhex32, CacheEntry, StatCache};
 use crate::tree::excluded;
@@ -138,9 +139,25 @@ pub struct CaptureOptions<'a> {
     pub include_sensitive: bool,
     /// Portable (v2): capture the workspace bucket's objects and buckets too.
     pub portable: bool,
+    /// Stop with `cancelled` (nothing published) once this instant has
+    /// passed before the checkpoint is published.
+    pub deadline: Option<std::time::Instant>,
+    /// Receives bytes copied so far.
+    pub progress: Option<&'a dyn Progress>,
     /// Test hook run after payloads are copied and before the re-scan.
     #[doc(hidden)]
     pub after_copy: Option<&'a (dyn Fn() + Sync)>,
+}
+
+impl CaptureOptions<'_> {
+    fn check_deadline(&self) -> Result<()> {
+        match self.deadline {
+            Some(d) if std::time::Instant::now() > d => Err(WsError::Cancelled(
+                "the deadline passed before the checkpoint was published".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn state(registry: &Registry) -> PathBuf {
@@ -598,7 +615,7 @@ pub(crate) fn capture_locked(
     drop(cache);
     let tmp = state(registry).join("tmp");
     create_private_dir(&tmp)?;
-    let produced = produce_all(registry, &rec.dir, &tmp, &work)?;
+    let produced = produce_all(registry, &rec.dir, &tmp, &work, opts)?;
     let mut object_payloads: Vec<(Produced, u64)> = Vec::new();
     if let Some(snap) = &objects_before {
         for o in &snap.objects {
@@ -614,6 +631,11 @@ pub(crate) fn capture_locked(
     }
     if let Some(hook) = opts.after_copy {
         hook();
+    }
+    if let Err(e) = opts.check_deadline() {
+        discard(&produced);
+        discard_pairs(&object_payloads);
+        return Err(e);
     }
     let mut to_publish: Vec<(&Produced, u64)> = produced
         .iter()
@@ -661,6 +683,11 @@ pub(crate) fn capture_locked(
         return Err(WsError::WorkspaceChanged(
             "files or objects changed between the scans before and after copying; pause writers and retry".into(),
         ));
+    }
+    if let Err(e) = opts.check_deadline() {
+        discard(&produced);
+        discard_pairs(&object_payloads);
+        return Err(e);
     }
     // Bytes are durable: only now do blobs reach their content address.
     let (stored_bytes, blob_dirs) = publish_blob_names(registry, &staged)?;
@@ -810,6 +837,7 @@ fn produce_all(
     root: &Path,
     tmp: &Path,
     work: &[Work],
+    opts: &CaptureOptions,
 ) -> Result<Vec<Produced>> {
     // Cached digests need no I/O: the cache is dropped whenever GC deletes
     // blobs, so a digest it holds names a blob that still exists.
@@ -823,6 +851,8 @@ fn produce_all(
         })
         .collect();
     let todo: Vec<usize> = (0..work.len()).filter(|&i| slots[i].is_none()).collect();
+    let total: u64 = todo.iter().map(|&i| work[i].file.size).sum();
+    let done = std::sync::atomic::AtomicU64::new(0);
     let next = AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let threads = std::thread::available_parallelism()
@@ -841,11 +871,18 @@ fn produce_all(
                             break;
                         }
                         let i = todo[k];
-                        let r = produce_one(registry, root, tmp, &work[i]);
+                        let r = opts
+                            .check_deadline()
+                            .and_then(|()| produce_one(registry, root, tmp, &work[i]));
                         if r.is_err() {
                             failed.store(true, Ordering::Relaxed);
                         }
                         local.push((i, r));
+                        if let Some(p) = opts.progress {
+                            let size = work[i].file.size;
+                            let now = done.fetch_add(size, Ordering::Relaxed) + size;
+                            p.update("capture", now, total);
+                        }
                     }
                     local
                 })
@@ -1282,6 +1319,7 @@ pub(crate) fn materialize(
     registry: &Registry,
     m: &CheckpointManifest,
     root: &Path,
+    progress: Option<&dyn Progress>,
 ) -> Result<String> {
     let mut made: BTreeSet<PathBuf> = BTreeSet::new();
     for f in &m.files {
@@ -1303,6 +1341,8 @@ pub(crate) fn materialize(
     let mut order: Vec<&FileEntry> = m.files.iter().collect();
     order.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     let next = AtomicUsize::new(0);
+    let total: u64 = m.files.iter().map(|f| f.size).sum();
+    let done = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let first_err: Mutex<Option<WsError>> = Mutex::new(None);
     let record = |e: WsError| {
@@ -1327,6 +1367,14 @@ pub(crate) fn materialize(
                     }
                     if let Err(e) = copy_verified(registry, order[i], root, &mut buf) {
                         record(e);
+                    }
+                    if let Some(p) = progress {
+                        let size = order[i].size;
+                        p.update(
+                            "restore",
+                            done.fetch_add(size, Ordering::Relaxed) + size,
+                            total,
+                        );
                     }
                 }
             });

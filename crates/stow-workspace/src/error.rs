@@ -62,6 +62,9 @@ pub enum WsError {
     /// A stored record, manifest or blob is unreadable or does not verify.
     #[error("corrupt: {0}")]
     Corrupt(String),
+
+    #[error("cancelled: {0}")]
+    Cancelled(String),
     /// A file-system operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -92,6 +95,7 @@ impl WsError {
             WsError::RequestConflict => "request_conflict",
             WsError::WorkspaceChanged(_) => "workspace_changed",
             WsError::Corrupt(_) => "corrupt_checkpoint",
+            WsError::Cancelled(_) => "cancelled",
             WsError::Io { .. } => "io_failure",
         }
     }

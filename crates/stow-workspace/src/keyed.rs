@@ -144,6 +144,7 @@ fn from_error(e: WsError, phase: &'static str) -> KeyedEnvelope {
         WsError::WorkspaceChanged(_) => ("workspace_changed", "verify", "not_committed"),
         WsError::OutcomeUnknown(_) => ("outcome_unknown", "commit", "unknown"),
         WsError::Corrupt(_) => ("corrupt_checkpoint", "resolve", "unknown"),
+        WsError::Cancelled(_) => ("cancelled", "copy", "not_committed"),
         WsError::RequestConflict => ("request_conflict", "resolve", "unknown"),
         WsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
             ("permission_denied", phase, "not_committed")
@@ -284,7 +285,10 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         max_files: req.max_files,
         include_sensitive: req.include_sensitive,
         portable: req.portable,
-        after_copy: None,
+        // The deadline holds until the checkpoint is published: a capture
+        // past it stops and reports `cancelled`, never half-done.
+        deadline: Some(started + req.timeout),
+        ..CaptureOptions::default()
     };
     match capture_locked(registry, &rec, &id, &opts, Some(receipt)) {
         Ok(_) => match checkpoint::load_manifest(registry, &id) {

@@ -16,6 +16,7 @@ pub mod keyed;
 pub mod manifest;
 pub mod paths;
 mod prepare;
+pub mod progress;
 pub mod registry;
 pub mod restore;
 mod statcache;

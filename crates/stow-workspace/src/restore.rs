@@ -21,10 +21,12 @@ use crate::registry::{
 };
 
 /// Optional narrowing limits of a restore (0 = sized by the checkpoint).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RestoreLimits {
+#[derive(Clone, Copy, Default)]
+pub struct RestoreLimits<'a> {
     pub max_bytes: u64,
     pub max_files: u64,
+    /// Receives bytes restored so far.
+    pub progress: Option<&'a dyn crate::progress::Progress>,
 }
 
 /// Restores checkpoint `id` into the new directory `root`.
@@ -32,7 +34,7 @@ pub fn restore(
     registry: &Registry,
     id: &str,
     root: &Path,
-    limits: RestoreLimits,
+    limits: RestoreLimits<'_>,
 ) -> Result<WorkspaceResult> {
     let root = absolute(root)?;
     check_new_root(&root)?;
@@ -103,7 +105,7 @@ pub fn restore(
             },
         )?;
         let _session = claim_session(&root, &ws)?;
-        let base_identity = materialize(registry, &m, &root)?;
+        let base_identity = materialize(registry, &m, &root, limits.progress)?;
         if m.version == 2 {
             let view = WorkspaceBucket::open(&root, &bucket)?;
             for b in &m.buckets {

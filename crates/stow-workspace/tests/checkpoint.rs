@@ -130,6 +130,7 @@ fn capture_diff_restore_linear() {
         RestoreLimits {
             max_bytes: 5,
             max_files: 0,
+            ..RestoreLimits::default()
         },
     )
     .unwrap_err();
@@ -434,4 +435,69 @@ fn scans_see_files_in_nested_and_sibling_directories() {
     let err =
         checkpoint::capture(&w.reg, &w.ws.workspace_id, &CaptureOptions::default()).unwrap_err();
     assert_eq!(err.code(), "invalid_input");
+}
+
+#[test]
+fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
+    let w = setup("");
+    fs::write(w.ws.root.join("fresh.txt"), "new bytes to stage").unwrap();
+    let late = || std::thread::sleep(std::time::Duration::from_millis(60));
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(30)),
+            after_copy: Some(&late),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "cancelled");
+    assert!(checkpoint::summaries(&w.reg).unwrap().is_empty());
+    let state = w.reg.dir().join(".stow");
+    assert!(!state.join("blobs").exists() || blob_count(&w.reg) == 0);
+    let staged = fs::read_dir(state.join("tmp")).map_or(0, |d| d.count());
+    assert_eq!(staged, 0, "staged payloads were discarded");
+    // Without a deadline the same capture commits.
+    assert_eq!(cap(&w).files, 3);
+}
+
+#[test]
+fn capture_and_restore_report_progress_up_to_the_total() {
+    use std::sync::Mutex;
+    use stow_workspace::progress::Progress;
+    struct Seen(Mutex<Vec<(String, u64, u64)>>);
+    impl Progress for Seen {
+        fn update(&self, phase: &str, done: u64, total: u64) {
+            self.0.lock().unwrap().push((phase.to_string(), done, total));
+        }
+    }
+    let w = setup("");
+    let seen = Seen(Mutex::new(Vec::new()));
+    let c = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            progress: Some(&seen),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let last = seen.0.lock().unwrap().iter().max_by_key(|s| s.1).cloned();
+    assert_eq!(last, Some(("capture".to_string(), 10, 10)));
+    seen.0.lock().unwrap().clear();
+    restore(
+        &w.reg,
+        &c.checkpoint_id,
+        &w.dir.join("again"),
+        RestoreLimits {
+            progress: Some(&seen),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let updates = seen.0.lock().unwrap().clone();
+    assert_eq!(updates.len(), 2);
+    assert!(updates.iter().all(|(p, _, t)| p == "restore" && *t == 10));
+    assert_eq!(updates.iter().map(|u| u.1).max(), Some(10));
 }
