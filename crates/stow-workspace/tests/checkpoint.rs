@@ -469,7 +469,10 @@ fn capture_and_restore_report_progress_up_to_the_total() {
     struct Seen(Mutex<Vec<(String, u64, u64)>>);
     impl Progress for Seen {
         fn update(&self, phase: &str, done: u64, total: u64) {
-            self.0.lock().unwrap().push((phase.to_string(), done, total));
+            self.0
+                .lock()
+                .unwrap()
+                .push((phase.to_string(), done, total));
         }
     }
     let w = setup("");
