@@ -632,10 +632,14 @@ pub(crate) fn capture_locked(
     if let Some(hook) = opts.after_copy {
         hook();
     }
-    if let Err(e) = opts.check_deadline() {
+    // Until the blobs are published, a failure deletes what was staged.
+    let abandon = |e: WsError| -> Result<CheckpointResult> {
         discard(&produced);
         discard_pairs(&object_payloads);
-        return Err(e);
+        Err(e)
+    };
+    if let Err(e) = opts.check_deadline() {
+        return abandon(e);
     }
     let mut to_publish: Vec<(&Produced, u64)> = produced
         .iter()
@@ -667,27 +671,19 @@ pub(crate) fn capture_locked(
     });
     let (after, objects_after) = match rescan.and_then(|r| durable.map(|()| r)) {
         Ok(r) => r,
-        Err(e) => {
-            discard(&produced);
-            discard_pairs(&object_payloads);
-            return Err(e);
-        }
+        Err(e) => return abandon(e),
     };
     let objects_same = match (&objects_before, &objects_after) {
         (Some(a), Some(b)) => a.identity() == b.identity(),
         _ => true,
     };
     if after != before || !objects_same {
-        discard(&produced);
-        discard_pairs(&object_payloads);
-        return Err(WsError::WorkspaceChanged(
+        return abandon(WsError::WorkspaceChanged(
             "files or objects changed between the scans before and after copying; pause writers and retry".into(),
         ));
     }
     if let Err(e) = opts.check_deadline() {
-        discard(&produced);
-        discard_pairs(&object_payloads);
-        return Err(e);
+        return abandon(e);
     }
     // Bytes are durable: only now do blobs reach their content address.
     let (stored_bytes, blob_dirs) = publish_blob_names(registry, &staged)?;
