@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use std::sync::Arc;
 use stow_s3_http::{Server, ServerConfig};
-use stow_store::{Store, StoreOptions};
+
+use stow_store::{ObjectBackend, Store, StoreOptions};
 
 use crate::CliError;
 
@@ -20,19 +22,13 @@ pub enum Backend {
     Memory,
 }
 
+/// Listening, credentials and request limits: the flags `serve` and
+/// `workspace serve` share.
 #[derive(Args, Debug)]
-pub struct ServeArgs {
+pub struct ListenArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
-    /// Port to listen on; 0 picks a free one (the bound port is reported).
-    #[arg(long, default_value_t = 9000)]
-    port: u16,
-    /// Data directory of the filesystem backend.
-    #[arg(long, default_value = ".stow")]
-    data_dir: PathBuf,
-    #[arg(long, value_enum, default_value_t = Backend::Filesystem, ignore_case = true)]
-    backend: Backend,
     /// Access key clients sign with (else STOW_LOCAL_ACCESS_KEY_ID, else generated).
     #[arg(long)]
     access_key: Option<String>,
@@ -42,6 +38,79 @@ pub struct ServeArgs {
     /// Region in the credential scope.
     #[arg(long, default_value = "us-east-1")]
     region: String,
+    /// Largest request body (default 5 GiB, S3's single-PUT limit).
+    #[arg(long, default_value_t = 5 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_request_bytes: u64,
+    /// Requests served at once; more get 503 SlowDown.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_concurrent_requests: u64,
+    /// Write the readiness JSON to this inherited file descriptor instead of
+    /// stdout.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(3..))]
+    ready_fd: Option<i32>,
+    /// Exit when this process (which must be the parent) exits.
+    #[arg(long)]
+    parent_pid: Option<i32>,
+}
+
+impl ListenArgs {
+    /// Checks the flags and arms parent-death exit; call before anything
+    /// is opened, so a refusal changes nothing.
+    fn check(&self) -> Result<(), CliError> {
+        if self.region.trim().is_empty() {
+            return Err(refuse("invalid_argument", "--region must not be empty"));
+        }
+        if let Some(pid) = self.parent_pid {
+            watch_parent(pid)?;
+        }
+        Ok(())
+    }
+
+    /// A server configuration over `store` with the shared settings and the
+    /// given or generated keys.
+    fn config(&self, store: Arc<dyn ObjectBackend>) -> ServerConfig {
+        let (access_key, secret_key) =
+            credentials(self.access_key.clone(), self.secret_key.clone());
+        ServerConfig {
+            store,
+            access_key,
+            secret_key,
+            region: self.region.clone(),
+            read_only: false,
+            max_request_bytes: self.max_request_bytes,
+            max_concurrent_requests: self.max_concurrent_requests as usize,
+            cors_origins: Vec::new(),
+            admin_token: None,
+            base_host: None,
+        }
+    }
+
+    /// Writes a readiness line to `--ready-fd`, else to stdout.
+    fn announce(&self, line: &str) -> Result<(), CliError> {
+        match self.ready_fd {
+            Some(fd) => write_ready_fd(fd, line),
+            None => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+                Ok(())
+            }
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    listen: ListenArgs,
+    /// Port to listen on; 0 picks a free one (the bound port is reported).
+    #[arg(long, default_value_t = 9000)]
+    port: u16,
+    /// Data directory of the filesystem backend.
+    #[arg(long, default_value = ".stow")]
+    data_dir: PathBuf,
+    #[arg(long, value_enum, default_value_t = Backend::Filesystem, ignore_case = true)]
+    backend: Backend,
     /// Refuse every mutation with 403 AccessDenied.
     #[arg(long)]
     read_only: bool,
@@ -51,19 +120,6 @@ pub struct ServeArgs {
     /// Quota on stored objects (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     max_objects: u64,
-    /// Largest request body (default 5 GiB, S3's single-PUT limit).
-    #[arg(long, default_value_t = 5 << 30, value_parser = clap::value_parser!(u64).range(1..))]
-    max_request_bytes: u64,
-    /// Requests served at once; more get 503 SlowDown.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    max_concurrent_requests: u64,
-    /// Write the readiness JSON to this inherited file descriptor instead of
-    /// the STOW_READY line on stdout.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(3..))]
-    ready_fd: Option<i32>,
-    /// Exit when this process (which must be the parent) exits.
-    #[arg(long)]
-    parent_pid: Option<i32>,
     /// Allowed CORS origin (repeatable; `*` allows any). Default: loopback origins.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
@@ -84,33 +140,11 @@ pub struct WorkspaceServeArgs {
     id: String,
     #[command(flatten)]
     pub(crate) registry: crate::workspace::RegistryArgs,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: IpAddr,
+    #[command(flatten)]
+    listen: ListenArgs,
     /// Port to listen on; 0 (the default) picks a free one.
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// Access key clients sign with (else STOW_LOCAL_ACCESS_KEY_ID, else generated).
-    #[arg(long)]
-    access_key: Option<String>,
-    /// Secret key clients sign with (else STOW_LOCAL_SECRET_ACCESS_KEY, else generated).
-    #[arg(long)]
-    secret_key: Option<String>,
-    /// Region in the credential scope.
-    #[arg(long, default_value = "us-east-1")]
-    region: String,
-    /// Largest request body (default 5 GiB).
-    #[arg(long, default_value_t = 5 << 30, value_parser = clap::value_parser!(u64).range(1..))]
-    max_request_bytes: u64,
-    /// Requests served at once; more get 503 SlowDown.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    max_concurrent_requests: u64,
-    /// Write the readiness JSON line to this inherited descriptor instead of stdout.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(3..))]
-    ready_fd: Option<i32>,
-    /// Exit when this process (which must be the parent) exits.
-    #[arg(long)]
-    parent_pid: Option<i32>,
 }
 
 /// Serves a workspace's bucket view until SIGINT/SIGTERM. Readiness is one
@@ -119,49 +153,29 @@ pub fn run_workspace(
     registry: &stow_workspace::Registry,
     args: WorkspaceServeArgs,
 ) -> Result<serde_json::Value, CliError> {
-    if args.region.trim().is_empty() {
-        return Err(refuse("invalid_argument", "--region must not be empty"));
-    }
-    if let Some(pid) = args.parent_pid {
-        watch_parent(pid)?;
-    }
+    let listen = &args.listen;
+    listen.check()?;
     let served = stow_workspace::bucket::serve_workspace(registry, &args.id)?;
-    let (access_key, secret_key) = credentials(args.access_key.clone(), args.secret_key.clone());
     let record = served.record;
-    let config = ServerConfig {
-        store: std::sync::Arc::new(served.view),
-        access_key: access_key.clone(),
-        secret_key: secret_key.clone(),
-        region: args.region.clone(),
-        read_only: false,
-        max_request_bytes: args.max_request_bytes,
-        max_concurrent_requests: args.max_concurrent_requests as usize,
-        cors_origins: Vec::new(),
-        admin_token: None,
-        base_host: None,
-    };
-    run_server(config, SocketAddr::new(args.host, args.port), |endpoint| {
-        let ready = serde_json::json!({
-            "version": 1,
-            "workspace_id": record.id,
-            "root": record.dir,
-            "bucket": record.bucket,
-            "endpoint": endpoint,
-            "region": args.region,
-            "access_key_id": access_key,
-            "secret_access_key": secret_key,
-        })
-        .to_string();
-        match args.ready_fd {
-            Some(fd) => write_ready_fd(fd, &ready),
-            None => {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{ready}");
-                let _ = out.flush();
-                Ok(())
-            }
-        }
-    })?;
+    let config = listen.config(Arc::new(served.view));
+    let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
+    run_server(
+        config,
+        SocketAddr::new(listen.host, args.port),
+        |endpoint| {
+            let ready = serde_json::json!({
+                "version": 1,
+                "workspace_id": record.id,
+                "root": record.dir,
+                "bucket": record.bucket,
+                "endpoint": endpoint,
+                "region": listen.region,
+                "access_key_id": access_key,
+                "secret_access_key": secret_key,
+            });
+            listen.announce(&ready.to_string())
+        },
+    )?;
     Ok(serde_json::Value::Null)
 }
 
@@ -252,13 +266,8 @@ pub(crate) fn write_ready_fd(fd: i32, line: &str) -> Result<(), CliError> {
 }
 
 pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
-    if args.region.trim().is_empty() {
-        return Err(refuse("invalid_argument", "--region must not be empty"));
-    }
-    if let Some(pid) = args.parent_pid {
-        watch_parent(pid)?;
-    }
-    let (access_key, secret_key) = credentials(args.access_key.clone(), args.secret_key.clone());
+    let listen = &args.listen;
+    listen.check()?;
     let opts = StoreOptions {
         max_bytes: (args.max_bytes > 0).then_some(args.max_bytes),
         max_objects: (args.max_objects > 0).then_some(args.max_objects),
@@ -269,58 +278,49 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         Backend::Memory => Store::memory(opts)?,
     };
     let config = ServerConfig {
-        store: std::sync::Arc::new(store),
-        access_key: access_key.clone(),
-        secret_key: secret_key.clone(),
-        region: args.region.clone(),
         read_only: args.read_only,
-        max_request_bytes: args.max_request_bytes,
-        max_concurrent_requests: args.max_concurrent_requests as usize,
         cors_origins: args.cors_origins.clone(),
         admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
         base_host: args.base_host.clone(),
+        ..listen.config(Arc::new(store))
     };
+    let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
     let backend_name = match args.backend {
         Backend::Filesystem => "filesystem",
         Backend::Memory => "memory",
     };
     run_server(
         config,
-        SocketAddr::new(args.host, args.port),
-        |endpoint| match args.ready_fd {
-            Some(fd) => {
-                let ready = serde_json::json!({
-                    "protocolVersion": 1,
-                    "binaryVersion": env!("CARGO_PKG_VERSION"),
-                    "endpoint": endpoint,
-                    "region": args.region,
-                    "accessKeyId": access_key,
-                    "secretAccessKey": secret_key,
-                    "mode": "local",
-                    "backend": backend_name,
-                    "capabilities": {
-                        "persistent": args.backend == Backend::Filesystem,
-                        "multipart": true,
-                        "upstream": false,
-                        "conditionalWrites": true,
-                        "presignedUrls": true,
-                        "maxBytes": args.max_bytes,
-                        "maxObjects": args.max_objects,
-                        "maxRequestBytes": args.max_request_bytes,
-                        "maxConcurrentRequests": args.max_concurrent_requests,
-                    },
-                });
-                write_ready_fd(fd, &ready.to_string())
-            }
-            None => {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(
-                    out,
-                    "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local"
-                );
-                let _ = out.flush();
-                Ok(())
-            }
+        SocketAddr::new(listen.host, args.port),
+        |endpoint| {
+            let line = match listen.ready_fd {
+            Some(_) => serde_json::json!({
+                "protocolVersion": 1,
+                "binaryVersion": env!("CARGO_PKG_VERSION"),
+                "endpoint": endpoint,
+                "region": listen.region,
+                "accessKeyId": access_key,
+                "secretAccessKey": secret_key,
+                "mode": "local",
+                "backend": backend_name,
+                "capabilities": {
+                    "persistent": args.backend == Backend::Filesystem,
+                    "multipart": true,
+                    "upstream": false,
+                    "conditionalWrites": true,
+                    "presignedUrls": true,
+                    "maxBytes": args.max_bytes,
+                    "maxObjects": args.max_objects,
+                    "maxRequestBytes": listen.max_request_bytes,
+                    "maxConcurrentRequests": listen.max_concurrent_requests,
+                },
+            })
+            .to_string(),
+            None => format!(
+                "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local"
+            ),
+        };
+            listen.announce(&line)
         },
     )?;
     Ok(serde_json::Value::Null)

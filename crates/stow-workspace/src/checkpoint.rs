@@ -557,15 +557,13 @@ pub(crate) fn capture_locked(
         (before, cache.join().unwrap_or_default())
     });
     let before = before?;
-    let objects_before = if opts.portable {
-        Some(snapshot_objects(
-            &rec.dir,
-            &rec.bucket,
-            opts.include_sensitive,
-        )?)
-    } else {
-        None
+    // Portable captures compare the bucket's objects before and after too.
+    let snapshot = || {
+        opts.portable
+            .then(|| snapshot_objects(&rec.dir, &rec.bucket, opts.include_sensitive))
+            .transpose()
     };
+    let objects_before = snapshot()?;
     let object_bytes: u64 = objects_before
         .as_ref()
         .map(|o| o.objects.iter().map(|x| x.size).sum())
@@ -652,18 +650,8 @@ pub(crate) fn capture_locked(
     // waits on the disk, the scan on the CPU.
     let (rescan, durable) = std::thread::scope(|s| {
         let durable = s.spawn(|| make_blobs_durable(registry, &staged));
-        let rescan = scan(&rec.dir, opts.include_sensitive).and_then(|after| {
-            let objects_after = if opts.portable {
-                Some(snapshot_objects(
-                    &rec.dir,
-                    &rec.bucket,
-                    opts.include_sensitive,
-                )?)
-            } else {
-                None
-            };
-            Ok((after, objects_after))
-        });
+        let rescan =
+            scan(&rec.dir, opts.include_sensitive).and_then(|after| Ok((after, snapshot()?)));
         let durable = durable
             .join()
             .unwrap_or_else(|_| Err(WsError::InvalidRequest("fsync worker panicked".into())));
