@@ -52,6 +52,14 @@ enum Suite {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The libraries' debug logs (e.g. STOW_LOG=stow_workspace=debug for the
+    // phases of each capture) go to stderr; off unless asked for.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("STOW_LOG") {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(filter)
+            .init();
+    }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -35,11 +35,14 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, fsync_dir, hex, now_rfc3339, random_hex, FileLock};
-use crate::paths::{check_checkpoint_id, check_checkpoint_path, is_sensitive};
+use crate::paths::{
+    check_checkpoint_id, check_checkpoint_leaf, check_checkpoint_path, is_sensitive,
+};
 use crate::progress::Progress;
 use crate::registry::{min_bound, Registry};
 use crate::statcache::{unhex32, CacheEntry, StatCache};
 use crate::tree::excluded;
+use crate::watch::{TreeWatch, Verdict};
 
 /// One captured file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -49,6 +52,51 @@ pub struct FileEntry {
     pub size: u64,
     pub mode: u32,
     pub sha256: String,
+}
+
+/// A manifest as written by a capture: the same JSON as
+/// [`CheckpointManifest`], serialized straight from the scan and the
+/// digests (a large tree's entries are not copied first).
+#[derive(Serialize)]
+pub(crate) struct ManifestView<'a> {
+    version: u32,
+    id: &'a str,
+    workspace_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_id: Option<&'a str>,
+    created: &'a str,
+    files: FilesView<'a>,
+    excluded: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    primary_bucket: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    buckets: &'a [String],
+    #[serde(skip_serializing_if = "<[ObjectEntry]>::is_empty")]
+    objects: &'a [ObjectEntry],
+}
+
+/// The `files` of a [`ManifestView`]: scanned files with their digests.
+struct FilesView<'a> {
+    scanned: &'a [Scanned],
+    produced: &'a [Produced],
+}
+
+impl Serialize for FilesView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            path: &'a str,
+            size: u64,
+            mode: u32,
+            sha256: &'a str,
+        }
+        s.collect_seq(self.scanned.iter().zip(self.produced).map(|(f, p)| Entry {
+            path: &f.path,
+            size: f.size,
+            mode: f.mode,
+            sha256: &p.sha256,
+        }))
+    }
 }
 
 /// An immutable version-1 checkpoint manifest.
@@ -193,6 +241,23 @@ struct Scanned {
     mtime_ns: i64,
     ctime_ns: i64,
     ino: u64,
+    /// Hard links: such a file can change through a name the capture's
+    /// watch does not cover.
+    nlink: u64,
+}
+
+impl Scanned {
+    fn new(path: String, meta: &fs::Metadata) -> Scanned {
+        Scanned {
+            path,
+            size: meta.len(),
+            mode: meta.permissions().mode() & 0o777,
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            ino: meta.ino(),
+            nlink: meta.nlink(),
+        }
+    }
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -214,7 +279,9 @@ struct ScanQueue {
     error: Option<WsError>,
 }
 
-fn scan(root: &Path, include_sensitive: bool) -> Result<Scan> {
+/// Scans the tree at `root`; with `watch`, each directory is watched before
+/// it is read.
+fn scan(root: &Path, include_sensitive: bool, watch: Option<&TreeWatch>) -> Result<Scan> {
     let queue = Mutex::new(ScanQueue {
         pending: vec![(root.to_path_buf(), String::new(), 0)],
         busy: 0,
@@ -223,7 +290,7 @@ fn scan(root: &Path, include_sensitive: bool) -> Result<Scan> {
     let wake = std::sync::Condvar::new();
     let parts: Vec<Scan> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..SCAN_THREADS)
-            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive)))
+            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive, watch)))
             .collect();
         handles
             .into_iter()
@@ -252,7 +319,12 @@ fn scan(root: &Path, include_sensitive: bool) -> Result<Scan> {
 }
 
 /// Takes directories off the queue until none are left (or one failed).
-fn scan_worker(queue: &Mutex<ScanQueue>, wake: &std::sync::Condvar, sens: bool) -> Scan {
+fn scan_worker(
+    queue: &Mutex<ScanQueue>,
+    wake: &std::sync::Condvar,
+    sens: bool,
+    watch: Option<&TreeWatch>,
+) -> Scan {
     let mut out = Scan::default();
     let mut subdirs = Vec::new();
     let Ok(mut q) = queue.lock() else {
@@ -275,6 +347,9 @@ fn scan_worker(queue: &Mutex<ScanQueue>, wake: &std::sync::Condvar, sens: bool) 
         q.busy += 1;
         drop(q);
         let guard = PanicGuard { queue, wake };
+        if let Some(w) = watch {
+            w.add(&dir, &rel, depth);
+        }
         let r = scan_dir(&dir, &rel, depth, sens, &mut out, &mut subdirs);
         std::mem::forget(guard);
         q = match queue.lock() {
@@ -324,6 +399,9 @@ fn scan_dir(
     subdirs: &mut Vec<(PathBuf, String, usize)>,
 ) -> Result<()> {
     let rd = fs::read_dir(dir).map_err(|e| WsError::io_at("read directory", dir, e))?;
+    // The first file of the directory has its whole path checked; the rest
+    // only their names (the directory part is the same).
+    let mut dir_checked = false;
     for entry in rd {
         let entry = entry.map_err(|e| WsError::io_at("read directory", dir, e))?;
         let name = entry.file_name();
@@ -352,7 +430,12 @@ fn scan_dir(
                 out.excluded.push(child);
                 continue;
             }
-            check_checkpoint_path(&child)?;
+            if dir_checked {
+                check_checkpoint_leaf(&child)?;
+            } else {
+                check_checkpoint_path(&child)?;
+                dir_checked = true;
+            }
             // DirEntry::metadata does not follow symlinks and stats
             // relative to the open directory.
             let meta = entry
@@ -361,14 +444,7 @@ fn scan_dir(
             // Replaced by something else since the listing: refuse like
             // any non-regular entry (the re-scan would catch it anyway).
             if meta.file_type().is_file() {
-                out.files.push(Scanned {
-                    path: child,
-                    size: meta.len(),
-                    mode: meta.permissions().mode() & 0o777,
-                    mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-                    ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-                    ino: meta.ino(),
-                });
+                out.files.push(Scanned::new(child, &meta));
                 continue;
             }
         }
@@ -378,6 +454,34 @@ fn scan_dir(
         });
     }
     Ok(())
+}
+
+/// Whether the tree still matches scan `before`: from the watch's events
+/// when it covers the tree (plus a stat of each hard-linked file), else by
+/// scanning again.
+fn tree_unchanged(
+    root: &Path,
+    before: &Scan,
+    sens: bool,
+    watch: Option<&TreeWatch>,
+) -> Result<bool> {
+    match watch.map_or(Verdict::Unknown, |w| w.verdict(sens)) {
+        Verdict::Changed => Ok(false),
+        Verdict::Unchanged => Ok(before
+            .files
+            .iter()
+            .filter(|f| f.nlink > 1)
+            .all(|f| restat(root, f).as_ref() == Some(f))),
+        Verdict::Unknown => Ok(scan(root, sens, None)? == *before),
+    }
+}
+
+/// `f` as it is on disk now (`None` when it is no longer a regular file).
+fn restat(root: &Path, f: &Scanned) -> Option<Scanned> {
+    let meta = fs::symlink_metadata(root.join(&f.path)).ok()?;
+    meta.file_type()
+        .is_file()
+        .then(|| Scanned::new(f.path.clone(), &meta))
 }
 
 /// The per-workspace stat cache (binary; see `statcache`).
@@ -550,13 +654,27 @@ pub(crate) fn capture_locked(
         )));
     }
     let scan_start = now_ns();
-    // The stat cache is read while the tree is scanned.
-    let (before, cache) = std::thread::scope(|s| {
+    let mut clock = PhaseClock::start();
+    // Every directory is watched from before it is read, so the check after
+    // copying needs no second scan (see `watch`).
+    let watch = TreeWatch::new();
+    // The stat cache and the retained checkpoints (for the retention caps)
+    // are read while the tree is scanned.
+    let (before, cache, retained) = std::thread::scope(|s| {
         let cache = s.spawn(|| StatCache::load(&cache_path(registry, ws)));
-        let before = scan(&rec.dir, opts.include_sensitive);
-        (before, cache.join().unwrap_or_default())
+        let retained = s.spawn(|| summaries(registry));
+        let before = scan(&rec.dir, opts.include_sensitive, watch.as_ref());
+        (
+            before,
+            cache.join().unwrap_or_default(),
+            retained
+                .join()
+                .unwrap_or_else(|_| Err(WsError::InvalidRequest("capture worker panicked".into()))),
+        )
     });
     let before = before?;
+    let retained = retained?;
+    clock.lap("scan");
     // Portable captures compare the bucket's objects before and after too.
     let snapshot = || {
         opts.portable
@@ -602,7 +720,7 @@ pub(crate) fn capture_locked(
             "{bytes} bytes exceed the per-capture limit of {max_bytes}"
         )));
     }
-    admit(registry, rec, bytes)?;
+    admit(registry, rec, bytes, &retained)?;
 
     let work: Vec<Work> = before
         .files
@@ -613,7 +731,9 @@ pub(crate) fn capture_locked(
     drop(cache);
     let tmp = state(registry).join("tmp");
     create_private_dir(&tmp)?;
+    clock.lap("admit");
     let produced = produce_all(registry, &rec.dir, &tmp, &work, opts)?;
+    clock.lap("copy");
     let mut object_payloads: Vec<(Produced, u64)> = Vec::new();
     if let Some(snap) = &objects_before {
         for o in &snap.objects {
@@ -646,82 +766,12 @@ pub(crate) fn capture_locked(
         .collect();
     to_publish.extend(object_payloads.iter().map(|(p, s)| (p, *s)));
     let staged = staged_blobs(&to_publish);
-    // The staged bytes are flushed while the tree is re-scanned: the flush
-    // waits on the disk, the scan on the CPU.
-    let (rescan, durable) = std::thread::scope(|s| {
-        let durable = s.spawn(|| make_blobs_durable(registry, &staged));
-        let rescan =
-            scan(&rec.dir, opts.include_sensitive).and_then(|after| Ok((after, snapshot()?)));
-        let durable = durable
-            .join()
-            .unwrap_or_else(|_| Err(WsError::InvalidRequest("fsync worker panicked".into())));
-        (rescan, durable)
-    });
-    let (after, objects_after) = match rescan.and_then(|r| durable.map(|()| r)) {
-        Ok(r) => r,
-        Err(e) => return abandon(e),
-    };
-    let objects_same = match (&objects_before, &objects_after) {
-        (Some(a), Some(b)) => a.identity() == b.identity(),
-        _ => true,
-    };
-    if after != before || !objects_same {
-        return abandon(WsError::WorkspaceChanged(
-            "files or objects changed between the scans before and after copying; pause writers and retry".into(),
-        ));
-    }
-    if let Err(e) = opts.check_deadline() {
-        return abandon(e);
-    }
-    // Bytes are durable: only now do blobs reach their content address.
-    let (stored_bytes, blob_dirs) = publish_blob_names(registry, &staged)?;
-    let (primary_bucket, buckets, objects) = match objects_before {
-        Some(snap) => (
-            Some(rec.bucket.clone()),
-            snap.buckets,
-            snap.objects
-                .into_iter()
-                .zip(&object_payloads)
-                .map(|(o, (p, _))| ObjectEntry {
-                    bucket: o.bucket,
-                    key: o.key,
-                    size: o.size,
-                    sha256: p.sha256.clone(),
-                    content_type: o.content_type,
-                    metadata: o.metadata,
-                })
-                .collect(),
-        ),
-        None => (None, Vec::new(), Vec::new()),
-    };
+    let objects_identity = objects_before.as_ref().map(ObjectSnapshot::identity);
     let mut excluded_paths = before.excluded.clone();
-    if let Some(a) = &objects_after {
-        excluded_paths.extend(a.excluded.iter().cloned());
+    if let Some(o) = &objects_before {
+        excluded_paths.extend(o.excluded.iter().cloned());
     }
-
     let created = now_rfc3339();
-    let manifest = CheckpointManifest {
-        version: if primary_bucket.is_some() { 2 } else { 1 },
-        id: id.to_string(),
-        workspace_id: ws.to_string(),
-        parent_id: opts.parent.clone(),
-        created: created.clone(),
-        files: before
-            .files
-            .iter()
-            .zip(&produced)
-            .map(|(f, p)| FileEntry {
-                path: f.path.clone(),
-                size: f.size,
-                mode: f.mode,
-                sha256: p.sha256.clone(),
-            })
-            .collect(),
-        excluded: excluded_paths.clone(),
-        primary_bucket,
-        buckets,
-        objects,
-    };
     let summary = Summary {
         version: 1,
         id: id.to_string(),
@@ -732,38 +782,131 @@ pub(crate) fn capture_locked(
         bytes,
     };
     let extra: Vec<(&str, Vec<u8>)> = receipt.map(|r| ("receipt.json", r)).into_iter().collect();
+    // Many new blobs are flushed with one syncfs after they are named (it
+    // covers the checkpoint's files too); a few are fsynced one by one.
+    let many_blobs = staged.len() > FEW_BLOBS;
+    let objects: Vec<ObjectEntry> = objects_before
+        .as_ref()
+        .map(|o| {
+            o.objects
+                .iter()
+                .zip(&object_payloads)
+                .map(|(o, (p, _))| ObjectEntry {
+                    bucket: o.bucket.clone(),
+                    key: o.key.clone(),
+                    size: o.size,
+                    sha256: p.sha256.clone(),
+                    content_type: o.content_type.clone(),
+                    metadata: o.metadata.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let manifest = ManifestView {
+        version: if objects_before.is_some() { 2 } else { 1 },
+        id,
+        workspace_id: ws,
+        parent_id: opts.parent.as_deref(),
+        created: &created,
+        files: FilesView {
+            scanned: &before.files,
+            produced: &produced,
+        },
+        excluded: &excluded_paths,
+        primary_bucket: objects_before.as_ref().map(|_| rec.bucket.as_str()),
+        buckets: objects_before.as_ref().map_or(&[], |o| &o.buckets),
+        objects: &objects,
+    };
     // The stat cache is an optimisation: failing to save it is harmless.
     // Not fsynced: after a crash the cache is the old one, the new one or
     // unreadable (then ignored); each entry names a published blob.
-    let new_cache = StatCache {
-        scan_start_ns: scan_start,
-        entries: before
-            .files
-            .iter()
-            .zip(&produced)
-            .filter_map(|(f, p)| {
-                Some(CacheEntry {
-                    path: f.path.clone(),
-                    size: f.size,
-                    mode: f.mode,
-                    mtime_ns: f.mtime_ns,
-                    ctime_ns: f.ctime_ns,
-                    ino: f.ino,
-                    sha256: unhex32(&p.sha256)?,
+    let encode_cache = || {
+        StatCache {
+            scan_start_ns: scan_start,
+            entries: before
+                .files
+                .iter()
+                .zip(&produced)
+                .filter_map(|(f, p)| {
+                    Some(CacheEntry {
+                        path: f.path.clone(),
+                        size: f.size,
+                        mode: f.mode,
+                        mtime_ns: f.mtime_ns,
+                        ctime_ns: f.ctime_ns,
+                        ino: f.ino,
+                        sha256: unhex32(&p.sha256)?,
+                    })
                 })
-            })
-            .collect(),
+                .collect(),
+        }
+        .encode()
     };
+    // Meanwhile the staged blobs and the checkpoint's own files are written
+    // and flushed, and the next stat cache is encoded. None of it is visible
+    // until the tree is known unchanged: the blobs are unnamed and the
+    // checkpoint is a stage directory.
+    let (rescan, durable, stage, cache_bytes) = std::thread::scope(|s| {
+        let durable = s.spawn(|| make_blobs_durable(registry, &staged));
+        let stage =
+            s.spawn(|| stage_checkpoint(registry, &manifest, &summary, &extra, !many_blobs));
+        let cache_bytes = s.spawn(encode_cache);
+        let rescan = tree_unchanged(&rec.dir, &before, opts.include_sensitive, watch.as_ref())
+            .and_then(|same| Ok((same, snapshot()?)));
+        let panicked = || WsError::InvalidRequest("capture worker panicked".into());
+        (
+            rescan,
+            durable.join().unwrap_or_else(|_| Err(panicked())),
+            stage.join().unwrap_or_else(|_| Err(panicked())),
+            cache_bytes.join().ok(),
+        )
+    });
+    let stage = match stage {
+        Ok(stage) => stage,
+        Err(e) => return abandon(e),
+    };
+    let abandon_staged = |e: WsError| -> Result<CheckpointResult> {
+        stage.discard();
+        abandon(e)
+    };
+    let (tree_same, objects_after) = match rescan.and_then(|r| durable.map(|()| r)) {
+        Ok(r) => r,
+        Err(e) => return abandon_staged(e),
+    };
+    clock.lap("check+flush");
+    let objects_same = objects_identity == objects_after.as_ref().map(ObjectSnapshot::identity);
+    if !tree_same || !objects_same {
+        return abandon_staged(WsError::WorkspaceChanged(
+            "files or objects changed between the scans before and after copying; pause writers and retry".into(),
+        ));
+    }
+    if let Err(e) = opts.check_deadline() {
+        return abandon_staged(e);
+    }
+    // Bytes are durable: only now do blobs reach their content address.
+    let (stored_bytes, blob_dirs) = match publish_blob_names(registry, &staged) {
+        Ok(v) => v,
+        Err(e) => {
+            stage.discard();
+            return Err(e);
+        }
+    };
+    clock.lap("name blobs");
     // Saved only once the blob names it holds are durable (digests from the
     // cache are trusted without looking at the blob), while the checkpoint
     // is renamed into place.
-    let save_cache = || new_cache.save(&cache_path(registry, ws));
-    let flush = if staged.len() > FEW_BLOBS {
+    let save_cache = || {
+        if let Some(bytes) = &cache_bytes {
+            StatCache::write_encoded(&cache_path(registry, ws), bytes);
+        }
+    };
+    let flush = if many_blobs {
         Flush::Syncfs
     } else {
         Flush::Paths(&blob_dirs)
     };
-    publish_checkpoint(registry, &manifest, &summary, &extra, flush, &save_cache)?;
+    stage.commit(registry, id, flush, &save_cache)?;
+    clock.lap("publish");
     Ok(CheckpointResult {
         version: 1,
         checkpoint_id: id.to_string(),
@@ -778,10 +921,34 @@ pub(crate) fn capture_locked(
     })
 }
 
+/// Logs how long each phase of a capture took (at debug level: `STOW_LOG=stow_workspace=debug`).
+struct PhaseClock(std::time::Instant);
+
+impl PhaseClock {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn lap(&mut self, phase: &str) {
+        let now = std::time::Instant::now();
+        tracing::debug!(
+            phase,
+            micros = (now - self.0).as_micros() as u64,
+            "capture phase"
+        );
+        self.0 = now;
+    }
+}
+
 /// Retention caps of the workspace and the standing policy; refuses rather
 /// than evicting.
-fn admit(registry: &Registry, rec: &crate::registry::Record, bytes: u64) -> Result<()> {
-    let all = summaries(registry)?;
+/// `all`: every checkpoint of the registry partition.
+fn admit(
+    registry: &Registry,
+    rec: &crate::registry::Record,
+    bytes: u64,
+    all: &[Summary],
+) -> Result<()> {
     let mine: Vec<&Summary> = all.iter().filter(|s| s.workspace_id == rec.id).collect();
     let my_bytes: u64 = mine.iter().map(|s| s.bytes).sum();
     if rec.max_checkpoints > 0 && mine.len() as u64 >= rec.max_checkpoints {
@@ -1090,42 +1257,49 @@ fn publish_blob_names(
     Ok((stored, changed))
 }
 
-/// How a checkpoint's files are made durable before it is renamed into
-/// place.
+/// How the names a checkpoint depends on are made durable before it is
+/// renamed into place.
 pub(crate) enum Flush<'a> {
-    /// fsync its files and stage directory, plus these paths, in parallel.
+    /// fsync these directories in parallel (the checkpoint's own files
+    /// were fsynced when staged).
     Paths(&'a [PathBuf]),
-    /// One syncfs (after many new blobs: it flushes their names too).
+    /// One syncfs (after many new blobs: it flushes their names and the
+    /// staged checkpoint files too).
     Syncfs,
 }
 
-/// Publishes a checkpoint directory atomically: stage, fsync, rename,
-/// fsync the parent. `extra` holds additional (name, bytes) files.
-///
-/// `after_flush` runs on its own thread once everything is durable, while
-/// the rename and the parent flush proceed.
-pub(crate) fn publish_checkpoint(
+/// A checkpoint directory written under a temporary name in the
+/// checkpoints directory: invisible to readers until committed.
+pub(crate) struct StagedCheckpoint {
+    dir: PathBuf,
+}
+
+/// Writes a checkpoint's manifest, summary and `extra` (name, bytes) files
+/// into a fresh stage directory; with `fsync`, flushes them and the stage
+/// directory as well. Nothing is left behind on failure.
+pub(crate) fn stage_checkpoint(
     registry: &Registry,
-    manifest: &CheckpointManifest,
+    manifest: &ManifestView,
     summary: &Summary,
     extra: &[(&str, Vec<u8>)],
-    flush: Flush,
-    after_flush: &(dyn Fn() + Sync),
-) -> Result<()> {
-    let dir = checkpoints_dir(registry);
-    create_private_dir(&dir)?;
-    let stage = dir.join(format!(".stage-{}", random_hex(8)));
-    create_private_dir(&stage)?;
-    let enc = |v: &dyn erased::Ser| v.bytes();
-    let mut files: Vec<(&str, Vec<u8>)> = vec![
-        ("manifest.json", enc(manifest)?),
-        ("summary.json", enc(summary)?),
-    ];
-    files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
+    fsync: bool,
+) -> Result<StagedCheckpoint> {
+    let parent = checkpoints_dir(registry);
+    create_private_dir(&parent)?;
+    let stage = StagedCheckpoint {
+        dir: parent.join(format!(".stage-{}", random_hex(8))),
+    };
+    create_private_dir(&stage.dir)?;
     let write = || -> Result<()> {
+        let enc = |v: &dyn erased::Ser| v.bytes();
+        let mut files: Vec<(&str, Vec<u8>)> = vec![
+            ("manifest.json", enc(manifest)?),
+            ("summary.json", enc(summary)?),
+        ];
+        files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
         let mut written: Vec<PathBuf> = Vec::with_capacity(files.len() + 1);
         for (name, bytes) in &files {
-            let p = stage.join(name);
+            let p = stage.dir.join(name);
             let mut f = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -1136,37 +1310,74 @@ pub(crate) fn publish_checkpoint(
                 .map_err(|e| WsError::io_at("write", &p, e))?;
             written.push(p);
         }
-        // Every file, the stage directory itself and the blob directories,
-        // flushed together; all are durable before the rename below makes
-        // the checkpoint visible.
-        match flush {
-            Flush::Paths(more) => {
-                written.push(stage.clone());
-                let paths: Vec<&Path> = written.iter().chain(more).map(PathBuf::as_path).collect();
-                fsync_parallel(&paths)?;
+        if fsync {
+            written.push(stage.dir.clone());
+            let paths: Vec<&Path> = written.iter().map(PathBuf::as_path).collect();
+            fsync_parallel(&paths)?;
+        }
+        Ok(())
+    };
+    match write() {
+        Ok(()) => Ok(stage),
+        Err(e) => {
+            stage.discard();
+            Err(e)
+        }
+    }
+}
+
+impl StagedCheckpoint {
+    /// Removes the stage directory (the checkpoint is abandoned).
+    pub(crate) fn discard(&self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+
+    /// Makes `flush` durable, renames the stage to checkpoint `id` and
+    /// flushes the checkpoints directory. `after_flush` runs on its own
+    /// thread once everything the checkpoint names is durable, while the
+    /// rename and the parent flush proceed.
+    pub(crate) fn commit(
+        self,
+        registry: &Registry,
+        id: &str,
+        flush: Flush,
+        after_flush: &(dyn Fn() + Sync),
+    ) -> Result<()> {
+        let parent = checkpoints_dir(registry);
+        let before_rename = || -> Result<PathBuf> {
+            match flush {
+                Flush::Paths(dirs) => {
+                    let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+                    fsync_parallel(&paths)?;
+                }
+                Flush::Syncfs => syncfs(&self.dir)?,
             }
-            Flush::Syncfs => syncfs(&stage)?,
-        }
-        let dst = dir.join(&manifest.id);
-        if dst.exists() {
-            return Err(WsError::InvalidRequest(format!(
-                "checkpoint {} already exists",
-                manifest.id
-            )));
-        }
+            let dst = parent.join(id);
+            if dst.exists() {
+                return Err(WsError::InvalidRequest(format!(
+                    "checkpoint {id} already exists"
+                )));
+            }
+            Ok(dst)
+        };
+        let dst = match before_rename() {
+            Ok(dst) => dst,
+            Err(e) => {
+                self.discard();
+                return Err(e);
+            }
+        };
         std::thread::scope(|s| {
             s.spawn(after_flush);
-            fs::rename(&stage, &dst).map_err(|e| WsError::io_at("publish", &dst, e))?;
+            if let Err(e) = fs::rename(&self.dir, &dst) {
+                self.discard();
+                return Err(WsError::io_at("publish", &dst, e));
+            }
             // Past the rename the checkpoint is visible: a failure now
             // leaves its durability unknown, never "not committed".
-            fsync_dir(&dir).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
+            fsync_dir(&parent).map_err(|e| WsError::OutcomeUnknown(e.to_string()))
         })
-    };
-    let r = write();
-    if r.is_err() {
-        let _ = fs::remove_dir_all(&stage);
     }
-    r
 }
 
 mod erased {
@@ -1810,4 +2021,91 @@ fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectChange> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(path: &str, size: u64) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            ino: 3,
+            nlink: 1,
+        }
+    }
+
+    #[test]
+    fn the_manifest_view_writes_the_manifest_format_byte_for_byte() {
+        let files = vec![scanned("a.txt", 3), scanned("d/b \"q\".bin", 0)];
+        let produced: Vec<Produced> = ["ab", "cd"]
+            .iter()
+            .map(|c| Produced {
+                sha256: c.repeat(32),
+                staged: None,
+            })
+            .collect();
+        let object = ObjectEntry {
+            bucket: "other".into(),
+            key: "k:1".into(),
+            size: 5,
+            sha256: "ef".repeat(32),
+            content_type: Some("text/plain".into()),
+            metadata: BTreeMap::from([("m".into(), "v".into())]),
+        };
+        let excluded = vec![".env".to_string()];
+        let buckets = vec!["main".to_string(), "other".to_string()];
+        for (parent, portable) in [(None, false), (Some("cp_parent"), true)] {
+            let objects = if portable {
+                vec![object.clone()]
+            } else {
+                vec![]
+            };
+            let view = ManifestView {
+                version: if portable { 2 } else { 1 },
+                id: "cp_x",
+                workspace_id: "ws_y",
+                parent_id: parent,
+                created: "2026-11-30T00:00:00Z",
+                files: FilesView {
+                    scanned: &files,
+                    produced: &produced,
+                },
+                excluded: &excluded,
+                primary_bucket: portable.then_some("main"),
+                buckets: if portable { &buckets } else { &[] },
+                objects: &objects,
+            };
+            let owned = CheckpointManifest {
+                version: view.version,
+                id: "cp_x".into(),
+                workspace_id: "ws_y".into(),
+                parent_id: parent.map(str::to_string),
+                created: "2026-11-30T00:00:00Z".into(),
+                files: files
+                    .iter()
+                    .zip(&produced)
+                    .map(|(f, p)| FileEntry {
+                        path: f.path.clone(),
+                        size: f.size,
+                        mode: f.mode,
+                        sha256: p.sha256.clone(),
+                    })
+                    .collect(),
+                excluded: excluded.clone(),
+                primary_bucket: portable.then(|| "main".to_string()),
+                buckets: if portable { buckets.clone() } else { vec![] },
+                objects: objects.clone(),
+            };
+            let enc = |v: &dyn erased::Ser| v.bytes().unwrap();
+            assert_eq!(
+                String::from_utf8(enc(&view)).unwrap(),
+                String::from_utf8(enc(&owned)).unwrap()
+            );
+        }
+    }
 }

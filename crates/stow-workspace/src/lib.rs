@@ -21,6 +21,7 @@ pub mod registry;
 pub mod restore;
 mod statcache;
 pub mod tree;
+mod watch;
 
 pub use error::{Result, WsError};
 pub use manifest::{Plan, TaskManifest};

@@ -21,14 +21,16 @@ pub fn segment_problem(seg: &str) -> Option<&'static str> {
     if seg.ends_with('.') || seg.ends_with(' ') {
         return Some("segment ends with a dot or a space");
     }
-    if seg.chars().any(|c| "<>:\"|?*".contains(c)) {
+    // Bytes suffice: every refused character is ASCII, and UTF-8 never
+    // encodes a non-ASCII character with ASCII bytes.
+    if seg.bytes().any(|b| b"<>:\"|?*".contains(&b)) {
         return Some("segment contains one of < > : \" | ? *");
     }
-    if seg.chars().any(|c| (c as u32) < 0x20) {
+    if seg.bytes().any(|b| b < 0x20) {
         return Some("segment contains a control character");
     }
-    let stem = seg.split('.').next().unwrap_or(seg).to_ascii_uppercase();
-    if DEVICE_NAMES.contains(&stem.as_str()) {
+    let stem = seg.split('.').next().unwrap_or(seg);
+    if DEVICE_NAMES.iter().any(|d| d.eq_ignore_ascii_case(stem)) {
         return Some("segment is a Windows device name");
     }
     None
@@ -103,11 +105,34 @@ pub fn check_checkpoint_path(path: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`check_checkpoint_path`] for a path whose parent directory is known to
+/// pass it: only the last segment is checked (same errors, same order).
+pub fn check_checkpoint_leaf(path: &str) -> Result<()> {
+    let (parent, leaf) = match path.rsplit_once('/') {
+        Some((parent, leaf)) => (Some(parent), leaf),
+        None => (None, path),
+    };
+    if path.is_empty() || leaf.contains('\\') || parent.is_some_and(str::is_empty) {
+        return Err(bad(path, "not a clean relative slash path"));
+    }
+    if let Some(reason) = segment_problem(leaf) {
+        return Err(bad(path, reason));
+    }
+    if leaf.eq_ignore_ascii_case(".git") {
+        return Err(bad(path, ".git is never captured"));
+    }
+    if parent.is_none() && leaf.eq_ignore_ascii_case(".stow") {
+        return Err(bad(path, ".stow is reserved"));
+    }
+    Ok(())
+}
+
 /// Whether a slash-relative path looks like a credential (filename check
 /// only; this is not secret scanning).
 pub fn is_sensitive(rel: &str) -> bool {
-    let p = rel.replace('\\', "/").to_ascii_lowercase();
-    let base = p.rsplit('/').next().unwrap_or(&p);
+    // Runs for every file of every scan, so it compares in place (ASCII
+    // case-insensitive, `\\` read as `/`) instead of building a lowered copy.
+    let base = rel.rsplit(['/', '\\']).next().unwrap_or(rel);
     let exact = [
         ".env",
         ".npmrc",
@@ -118,27 +143,51 @@ pub fn is_sensitive(rel: &str) -> bool {
         "id_rsa",
         "id_ed25519",
     ];
-    if exact.contains(&base)
-        || base.starts_with(".env.")
-        || base.starts_with("id_rsa.")
-        || base.starts_with("id_ed25519.")
+    if exact.iter().any(|e| e.eq_ignore_ascii_case(base))
+        || [".env.", "id_rsa.", "id_ed25519."]
+            .iter()
+            .any(|pre| starts_with_ci(base, pre))
+        || [".pem", ".key", ".p12", ".pfx"]
+            .iter()
+            .any(|ext| ends_with_ci(base, ext))
     {
         return true;
     }
-    if [".pem", ".key", ".p12", ".pfx"]
-        .iter()
-        .any(|ext| base.ends_with(ext))
-    {
-        return true;
-    }
-    let slashed = format!("/{p}");
     [
         "/.aws/credentials",
         "/.ssh/",
         "/.config/gcloud/credentials.db",
     ]
     .iter()
-    .any(|needle| slashed.contains(needle))
+    .any(|needle| contains_slashed_ci(rel, needle))
+}
+
+fn starts_with_ci(s: &str, prefix: &str) -> bool {
+    s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+fn ends_with_ci(s: &str, suffix: &str) -> bool {
+    s.len() >= suffix.len()
+        && s.as_bytes()[s.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+/// Whether `/` + `path` contains `needle` (which starts with `/`), ignoring
+/// ASCII case and reading `\\` as `/`.
+fn contains_slashed_ci(path: &str, needle: &str) -> bool {
+    let norm = |b: u8| {
+        if b == b'\\' {
+            b'/'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    };
+    let n = needle.as_bytes();
+    let p = path.as_bytes();
+    // Position 0 of the virtual haystack is the leading '/'.
+    let at = |i: usize| if i == 0 { b'/' } else { norm(p[i - 1]) };
+    let len = p.len() + 1;
+    len >= n.len()
+        && (0..=len - n.len()).any(|start| n.iter().enumerate().all(|(k, &c)| at(start + k) == c))
 }
 
 /// Validates a team name: 1–64 of `[A-Za-z0-9._-]`, not starting with `.`.
@@ -243,6 +292,130 @@ mod tests {
         }
         for s in ["env", "src/main.rs", "keys/readme.md", "environment.txt"] {
             assert!(!is_sensitive(s), "{s}");
+        }
+    }
+
+    /// The straightforward form of the rule (lowered copy, `\\` replaced),
+    /// against which the in-place comparison is checked.
+    fn is_sensitive_reference(rel: &str) -> bool {
+        let p = rel.replace('\\', "/").to_ascii_lowercase();
+        let base = p.rsplit('/').next().unwrap_or(&p);
+        let exact = [
+            ".env",
+            ".npmrc",
+            ".netrc",
+            "credentials",
+            "credentials.json",
+            "service-account.json",
+            "id_rsa",
+            "id_ed25519",
+        ];
+        exact.contains(&base)
+            || base.starts_with(".env.")
+            || base.starts_with("id_rsa.")
+            || base.starts_with("id_ed25519.")
+            || [".pem", ".key", ".p12", ".pfx"]
+                .iter()
+                .any(|e| base.ends_with(e))
+            || [
+                "/.aws/credentials",
+                "/.ssh/",
+                "/.config/gcloud/credentials.db",
+            ]
+            .iter()
+            .any(|n| format!("/{p}").contains(n))
+    }
+
+    #[test]
+    fn sensitive_matches_reference_on_generated_paths() {
+        // Pieces that build near-misses of every rule, mixed in case and
+        // separator; a fixed-seed generator keeps the test reproducible.
+        let pieces = [
+            "/",
+            "\\",
+            ".",
+            "SSH",
+            "ssh",
+            ".ssh",
+            ".Aws",
+            "credentials",
+            "CREDENTIALS.db",
+            ".config",
+            "gcloud",
+            "env",
+            ".ENV",
+            "id_rsa",
+            "ID_ED25519",
+            ".pem",
+            "KEY",
+            ".p12",
+            ".PFX",
+            "x",
+            "é",
+            "npmrc",
+            ".netrc",
+            "service-account.json",
+            "json",
+        ];
+        let mut state = 0x5704_b3e4_c4a1_2026u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..50_000 {
+            let n = 1 + next() % 6;
+            let path: String = (0..n)
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .collect();
+            assert_eq!(
+                is_sensitive(&path),
+                is_sensitive_reference(&path),
+                "{path:?}"
+            );
+        }
+        for s in ["A\\.SSH\\id", "x/.Aws/Credentials", "", "/", "\\.ssh\\"] {
+            assert_eq!(is_sensitive(s), is_sensitive_reference(s), "{s:?}");
+        }
+        assert!(is_sensitive(".SSH/known_hosts"));
+        assert!(!is_sensitive("x.ssh/known_hosts"));
+    }
+
+    #[test]
+    fn leaf_check_agrees_with_whole_path_check_under_a_valid_parent() {
+        let dirs = ["", "a", "a/b", "src/.github", "x/.stow"];
+        let leaves = [
+            "f.txt",
+            ".git",
+            ".GIT",
+            ".stow",
+            "nul",
+            "Com1.txt",
+            "a:b",
+            "tab\there",
+            "end.",
+            "end ",
+            "",
+            "..",
+            ".",
+            "back\\slash",
+            "ok-é",
+        ];
+        for d in dirs {
+            if !d.is_empty() {
+                check_checkpoint_path(d).unwrap();
+            }
+            for l in leaves {
+                let path = if d.is_empty() {
+                    l.to_string()
+                } else {
+                    format!("{d}/{l}")
+                };
+                let whole = check_checkpoint_path(&path).map_err(|e| e.to_string());
+                let leaf = check_checkpoint_leaf(&path).map_err(|e| e.to_string());
+                assert_eq!(leaf, whole, "{path:?}");
+            }
         }
     }
 

@@ -59,15 +59,16 @@ impl StatCache {
             .unwrap_or_default()
     }
 
-    /// Writes the cache to `path` (temp file in the same directory, then
-    /// rename). Failures are ignored: the cache is only an optimisation.
-    pub fn save(&self, path: &Path) {
+    /// Writes bytes from [`StatCache::encode`] to `path` (temp file in the
+    /// same directory, then rename). Failures are ignored: the cache is
+    /// only an optimisation.
+    pub fn write_encoded(path: &Path, bytes: &[u8]) {
         let Some(dir) = path.parent() else { return };
         if crate::fsutil::create_private_dir(dir).is_err() {
             return;
         }
         let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
-        if fs::write(&tmp, self.encode())
+        if fs::write(&tmp, bytes)
             .and_then(|()| fs::rename(&tmp, path))
             .is_err()
         {

@@ -176,8 +176,80 @@ fn edits_during_capture_are_workspace_changed() {
     assert_eq!(err.code(), "workspace_changed");
     assert!(err.retryable());
     assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 0);
+    // The checkpoint was staged while the tree was re-scanned; the refusal
+    // removed it again.
+    assert_eq!(leftover_stages(&w.reg), 0);
     // Retrying after the writer paused succeeds.
     cap(&w);
+}
+
+/// Capture with `change` run after the files were copied.
+fn capture_with_change(w: &Ws, change: &(dyn Fn() + Sync)) -> stow_workspace::WsError {
+    checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            after_copy: Some(change),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+}
+
+type Change<'a> = Box<dyn Fn() + Sync + 'a>;
+
+#[test]
+fn renames_new_files_and_chmods_during_capture_are_workspace_changed() {
+    let w = setup("");
+    let root = w.ws.root.clone();
+    let changes: Vec<(&str, Change)> = vec![
+        (
+            "rename",
+            Box::new(|| fs::rename(root.join("seed.txt"), root.join("moved.txt")).unwrap()),
+        ),
+        (
+            "new file deep down",
+            Box::new(|| fs::write(root.join("nested/late.txt"), "x").unwrap()),
+        ),
+        (
+            "chmod",
+            Box::new(|| {
+                fs::set_permissions(
+                    root.join("nested/second.txt"),
+                    fs::Permissions::from_mode(0o600),
+                )
+                .unwrap()
+            }),
+        ),
+    ];
+    for (what, change) in changes {
+        let err = capture_with_change(&w, &*change);
+        assert_eq!(err.code(), "workspace_changed", "{what}");
+        assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 0, "{what}");
+    }
+    assert_eq!(leftover_stages(&w.reg), 0);
+    // A quiet tree captures what the changes left.
+    let c = cap(&w);
+    assert_eq!(c.files, 3);
+}
+
+#[test]
+fn a_hard_linked_file_written_from_outside_during_capture_is_workspace_changed() {
+    // The outside name lives in a directory the capture does not watch.
+    let w = setup("");
+    let outside = w.dir.join("outside.txt");
+    fs::hard_link(w.ws.root.join("seed.txt"), &outside).unwrap();
+    let write = || {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&outside).unwrap();
+        f.write_all(b" and more").unwrap();
+    };
+    let err = capture_with_change(&w, &write);
+    assert_eq!(err.code(), "workspace_changed");
+    let c = cap(&w);
+    let m = checkpoint::load_manifest(&w.reg, &c.checkpoint_id).unwrap();
+    let seed = m.files.iter().find(|f| f.path == "seed.txt").unwrap();
+    assert_eq!(seed.size, "seed and more".len() as u64);
 }
 
 #[test]
@@ -266,6 +338,16 @@ fn concurrent_capture_is_in_progress() {
         release_tx.send(()).unwrap();
         h.join().unwrap().unwrap();
     });
+}
+
+/// Stage directories left in the checkpoints directory (a failed capture
+/// must remove its own).
+fn leftover_stages(reg: &Registry) -> usize {
+    fs::read_dir(reg.dir().join(".stow/checkpoints")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".stage-"))
+            .count()
+    })
 }
 
 fn blob_count(reg: &Registry) -> usize {
@@ -458,6 +540,7 @@ fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
     assert!(!state.join("blobs").exists() || blob_count(&w.reg) == 0);
     let staged = fs::read_dir(state.join("tmp")).map_or(0, |d| d.count());
     assert_eq!(staged, 0, "staged payloads were discarded");
+    assert_eq!(leftover_stages(&w.reg), 0);
     // Without a deadline the same capture commits.
     assert_eq!(cap(&w).files, 3);
 }
