@@ -17,7 +17,9 @@
 //! Crash rules: a blob reaches its final name only after its bytes are
 //! durable (`syncfs`), and a checkpoint directory is renamed into place only
 //! after every blob it names is durable, so a published checkpoint never
-//! names a missing or torn blob. Garbage collection runs under the registry
+//! names a missing or torn blob. (A capture refused after its blobs were
+//! named leaves them unreferenced: complete, reused by a retry, removed by
+//! garbage collection.) Garbage collection runs under the registry
 //! lock (which every capture also holds) and deletes only blobs no published
 //! manifest names; it refuses to run when any manifest is unreadable.
 
@@ -843,11 +845,23 @@ pub(crate) fn capture_locked(
         .encode()
     };
     // Meanwhile the staged blobs and the checkpoint's own files are written
-    // and flushed, and the next stat cache is encoded. None of it is visible
-    // until the tree is known unchanged: the blobs are unnamed and the
-    // checkpoint is a stage directory.
-    let (rescan, durable, stage, cache_bytes) = std::thread::scope(|s| {
-        let durable = s.spawn(|| make_blobs_durable(registry, &staged));
+    // and flushed, and the next stat cache is encoded. The checkpoint stays a
+    // stage directory until the tree is known unchanged. Its blobs take their
+    // content address as soon as their bytes are durable: a refused capture
+    // leaves only complete blobs no checkpoint names, which garbage
+    // collection removes (and a retry reuses).
+    let (rescan, named, stage, cache_bytes) = std::thread::scope(|s| {
+        let named = s.spawn(|| -> Result<(u64, Vec<PathBuf>)> {
+            make_blobs_durable(registry, &staged)?;
+            let (stored, dirs) = publish_blob_names(registry, &staged)?;
+            // Many blobs: their names are flushed by the syncfs that also
+            // covers the staged checkpoint files.
+            if !many_blobs {
+                let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+                fsync_parallel(&dirs)?;
+            }
+            Ok((stored, dirs))
+        });
         let stage =
             s.spawn(|| stage_checkpoint(registry, &manifest, &summary, &extra, !many_blobs));
         let cache_bytes = s.spawn(encode_cache);
@@ -856,7 +870,7 @@ pub(crate) fn capture_locked(
         let panicked = || WsError::InvalidRequest("capture worker panicked".into());
         (
             rescan,
-            durable.join().unwrap_or_else(|_| Err(panicked())),
+            named.join().unwrap_or_else(|_| Err(panicked())),
             stage.join().unwrap_or_else(|_| Err(panicked())),
             cache_bytes.join().ok(),
         )
@@ -869,10 +883,11 @@ pub(crate) fn capture_locked(
         stage.discard();
         abandon(e)
     };
-    let (tree_same, objects_after) = match rescan.and_then(|r| durable.map(|()| r)) {
-        Ok(r) => r,
-        Err(e) => return abandon_staged(e),
-    };
+    let ((tree_same, objects_after), stored_bytes) =
+        match rescan.and_then(|r| named.map(|(stored, _)| (r, stored))) {
+            Ok(r) => r,
+            Err(e) => return abandon_staged(e),
+        };
     clock.lap("check+flush");
     let objects_same = objects_identity == objects_after.as_ref().map(ObjectSnapshot::identity);
     if !tree_same || !objects_same {
@@ -883,15 +898,6 @@ pub(crate) fn capture_locked(
     if let Err(e) = opts.check_deadline() {
         return abandon_staged(e);
     }
-    // Bytes are durable: only now do blobs reach their content address.
-    let (stored_bytes, blob_dirs) = match publish_blob_names(registry, &staged) {
-        Ok(v) => v,
-        Err(e) => {
-            stage.discard();
-            return Err(e);
-        }
-    };
-    clock.lap("name blobs");
     // Saved only once the blob names it holds are durable (digests from the
     // cache are trusted without looking at the blob), while the checkpoint
     // is renamed into place.
@@ -900,12 +906,7 @@ pub(crate) fn capture_locked(
             StatCache::write_encoded(&cache_path(registry, ws), bytes);
         }
     };
-    let flush = if many_blobs {
-        Flush::Syncfs
-    } else {
-        Flush::Paths(&blob_dirs)
-    };
-    stage.commit(registry, id, flush, &save_cache)?;
+    stage.commit(registry, id, many_blobs, &save_cache)?;
     clock.lap("publish");
     Ok(CheckpointResult {
         version: 1,
@@ -1257,17 +1258,6 @@ fn publish_blob_names(
     Ok((stored, changed))
 }
 
-/// How the names a checkpoint depends on are made durable before it is
-/// renamed into place.
-pub(crate) enum Flush<'a> {
-    /// fsync these directories in parallel (the checkpoint's own files
-    /// were fsynced when staged).
-    Paths(&'a [PathBuf]),
-    /// One syncfs (after many new blobs: it flushes their names and the
-    /// staged checkpoint files too).
-    Syncfs,
-}
-
 /// A checkpoint directory written under a temporary name in the
 /// checkpoints directory: invisible to readers until committed.
 pub(crate) struct StagedCheckpoint {
@@ -1332,25 +1322,23 @@ impl StagedCheckpoint {
         let _ = fs::remove_dir_all(&self.dir);
     }
 
-    /// Makes `flush` durable, renames the stage to checkpoint `id` and
-    /// flushes the checkpoints directory. `after_flush` runs on its own
-    /// thread once everything the checkpoint names is durable, while the
-    /// rename and the parent flush proceed.
+    /// Renames the stage to checkpoint `id` and flushes the checkpoints
+    /// directory; with `syncfs`, first flushes the file system (the staged
+    /// files and the blob names were written but not fsynced). Everything
+    /// the checkpoint names must be durable once that flush is done:
+    /// `after_flush` then runs on its own thread while the rename and the
+    /// parent flush proceed.
     pub(crate) fn commit(
         self,
         registry: &Registry,
         id: &str,
-        flush: Flush,
+        syncfs_first: bool,
         after_flush: &(dyn Fn() + Sync),
     ) -> Result<()> {
         let parent = checkpoints_dir(registry);
         let before_rename = || -> Result<PathBuf> {
-            match flush {
-                Flush::Paths(dirs) => {
-                    let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
-                    fsync_parallel(&paths)?;
-                }
-                Flush::Syncfs => syncfs(&self.dir)?,
+            if syncfs_first {
+                syncfs(&self.dir)?;
             }
             let dst = parent.join(id);
             if dst.exists() {
