@@ -54,6 +54,40 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// Runs a store call that reads no request body (see [`off_runtime`]).
+async fn reading<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> S3Result<T> {
+    off_runtime(f).await?.map_err(to_s3)
+}
+
+/// Runs blocking work (store calls wait on disk and on group commit) without
+/// stalling the runtime.
+///
+/// While the server has few tasks (a handful of connections), the request's
+/// own thread runs it (`block_in_place`; the runtime hands that worker's
+/// other tasks to another thread): the request pays no handoff to a pool
+/// thread and back, a large share of a small request's latency. Under many
+/// connections that handing-over happens on every call and costs more than
+/// it saves, so the work goes to the blocking pool, as it does on a
+/// current-thread runtime (tests).
+///
+/// Never for work that reads a streaming request body: the connection's
+/// task, which this blocks, is the one that delivers the body.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> S3Result<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let rt = Handle::current();
+    let metrics = rt.metrics();
+    if rt.runtime_flavor() == RuntimeFlavor::MultiThread
+        && metrics.num_alive_tasks() <= metrics.num_workers()
+    {
+        return Ok(tokio::task::block_in_place(f));
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(S3Error::internal_error)
+}
+
 /// The type of an object stored without one.
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
@@ -462,7 +496,7 @@ impl S3 for StowS3 {
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
         let store = self.store.clone();
-        blocking(move || store.head_bucket(&req.input.bucket)).await?;
+        reading(move || store.head_bucket(&req.input.bucket)).await?;
         Ok(S3Response::new(HeadBucketOutput {
             bucket_region: Some(self.region.clone()),
             ..Default::default()
@@ -474,7 +508,7 @@ impl S3 for StowS3 {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         let store = self.store.clone();
-        blocking(move || store.head_bucket(&req.input.bucket)).await?;
+        reading(move || store.head_bucket(&req.input.bucket)).await?;
         let location = (self.region != "us-east-1")
             .then(|| BucketLocationConstraint::from(self.region.clone()));
         Ok(S3Response::new(GetBucketLocationOutput {
@@ -579,7 +613,7 @@ impl S3 for StowS3 {
         }
         let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let outcome = tokio::task::spawn_blocking(move || {
+        let outcome = off_runtime(move || {
             let read = match part {
                 Some(n) => store.get_object_part(&bucket, &key, n),
                 None => store.get_object(&bucket, &key, range),
@@ -593,8 +627,7 @@ impl S3 for StowS3 {
             let body = response_body(read.body).map_err(S3Error::internal_error)?;
             Ok((read.meta, read.range, len, body))
         })
-        .await
-        .map_err(S3Error::internal_error)??;
+        .await??;
         let (meta, range, len, body) = outcome;
         let c = if checksum_enabled(&input.checksum_mode) && range.is_none() {
             ChecksumFields::of(meta.checksum.as_ref())
@@ -637,7 +670,7 @@ impl S3 for StowS3 {
         );
         let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let meta = blocking(move || store.head_object(&bucket, &key)).await?;
+        let meta = reading(move || store.head_object(&bucket, &key)).await?;
         read_condition(conditions.check(&meta))?;
         let (length, content_range, parts_count) = match input.part_number {
             Some(n) if n >= 1 && (n as usize) <= meta.parts.len().max(1) => {
@@ -825,7 +858,7 @@ impl S3 for StowS3 {
         };
         let store = self.store.clone();
         let bucket = input.bucket.clone();
-        let page = blocking(move || store.list_objects(&bucket, &query)).await?;
+        let page = reading(move || store.list_objects(&bucket, &query)).await?;
         let enc = |s: String| if url { url_encode(&s) } else { s };
         let next_marker = page
             .next_marker
@@ -866,7 +899,7 @@ impl S3 for StowS3 {
         };
         let store = self.store.clone();
         let bucket = input.bucket.clone();
-        let page = blocking(move || store.list_objects(&bucket, &query)).await?;
+        let page = reading(move || store.list_objects(&bucket, &query)).await?;
         let enc = |s: String| if url { url_encode(&s) } else { s };
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
         Ok(S3Response::new(ListObjectsV2Output {
@@ -908,7 +941,7 @@ impl S3 for StowS3 {
         };
         let store = self.store.clone();
         let bucket = input.bucket.clone();
-        let page = blocking(move || store.list_objects(&bucket, &query)).await?;
+        let page = reading(move || store.list_objects(&bucket, &query)).await?;
         let enc = |s: String| if url { url_encode(&s) } else { s };
         let truncated = page.is_truncated;
         Ok(S3Response::new(ListObjectVersionsOutput {
@@ -1285,7 +1318,7 @@ impl S3 for StowS3 {
         let want = |name: &str| wanted.iter().any(|w| w == name);
         let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let meta = blocking(move || store.head_object(&bucket, &key)).await?;
+        let meta = reading(move || store.head_object(&bucket, &key)).await?;
         let c = ChecksumFields::of(meta.checksum.as_ref());
         let checksum = (want("checksum") && meta.checksum.is_some()).then_some(Checksum {
             checksum_crc32: c.crc32,

@@ -1031,9 +1031,13 @@ pub struct LoadArgs {
     /// How long to run.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
+    /// GET instead: each connection PUTs one object, then reads it back
+    /// until the time is up.
+    #[arg(long)]
+    pub get: bool,
 }
 
-/// Drives PUTs at a server someone else started, for profiling it (e.g.
+/// Drives PUTs (or GETs) at a server someone else started, for profiling it (e.g.
 /// under `perf record -p`); prints the rate. Not a comparison.
 pub fn load(args: &LoadArgs) -> Result<()> {
     let c = Creds {
@@ -1055,16 +1059,31 @@ pub fn load(args: &LoadArgs) -> Result<()> {
     let run = run_threads(args.conns, |t| {
         let mut conn = Conn::new(args.addr, &c)?;
         let mut w = Work::default();
+        let read_back = format!("/{}/{stamp}/{t}/read", args.bucket);
+        if args.get {
+            ok(
+                "PUT object",
+                conn.request("PUT", &read_back, "", &body, false)?,
+            )?;
+        }
         while start.elapsed() < cap {
-            let path = format!("/{}/{stamp}/{t}/{}", args.bucket, w.ops);
-            ok("PUT object", conn.request("PUT", &path, "", &body, false)?)?;
+            if args.get {
+                ok(
+                    "GET object",
+                    conn.request("GET", &read_back, "", b"", false)?,
+                )?;
+            } else {
+                let path = format!("/{}/{stamp}/{t}/{}", args.bucket, w.ops);
+                ok("PUT object", conn.request("PUT", &path, "", &body, false)?)?;
+            }
             w.ops += 1;
         }
         Ok(w)
     })?;
     println!(
-        "{} PUTs of {} bytes on {} connections in {:.2} s: {:.0} ops/s",
+        "{} {}s of {} bytes on {} connections in {:.2} s: {:.0} ops/s",
         run.ops,
+        if args.get { "GET" } else { "PUT" },
         args.size,
         args.conns,
         run.elapsed_s,
