@@ -892,7 +892,8 @@ pub(crate) fn capture_locked(
     let objects_same = objects_identity == objects_after.as_ref().map(ObjectSnapshot::identity);
     if !tree_same || !objects_same {
         return abandon_staged(WsError::WorkspaceChanged(
-            "files or objects changed while the capture copied them; pause writers and retry".into(),
+            "files or objects changed while the capture copied them; pause writers and retry"
+                .into(),
         ));
     }
     if let Err(e) = opts.check_deadline() {
