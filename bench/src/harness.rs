@@ -76,6 +76,35 @@ fn status_kib(field: &str) -> Option<u64> {
     line[field.len()..].split_whitespace().next()?.parse().ok()
 }
 
+/// User+system CPU of this whole process plus that of the child processes
+/// it has waited for (`getrusage` SELF + CHILDREN).
+pub fn process_and_children_cpu() -> Option<Duration> {
+    let usage = |who| {
+        // SAFETY: getrusage fills the zeroed struct we own.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        (unsafe { libc::getrusage(who, &mut ru) } == 0).then(|| {
+            let tv = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+            };
+            tv(ru.ru_utime) + tv(ru.ru_stime)
+        })
+    };
+    Some(usage(libc::RUSAGE_SELF)? + usage(libc::RUSAGE_CHILDREN)?)
+}
+
+/// Times `body` like [`time_one`], counting the CPU of every thread of the
+/// process and of the child processes `body` waits for: for work that
+/// spawns helper threads or runs commands. Nothing else may run in the
+/// process meanwhile.
+pub fn time_one_all_cpu(body: impl FnOnce() -> Result<Work>) -> Result<Run> {
+    let cpu0 = process_and_children_cpu();
+    let mut run = time_one(body)?;
+    run.cpu_s = process_and_children_cpu()
+        .zip(cpu0)
+        .map(|(b, a)| b.saturating_sub(a).as_secs_f64());
+    Ok(run)
+}
+
 /// Times `body` on the calling thread.
 pub fn time_one(body: impl FnOnce() -> Result<Work>) -> Result<Run> {
     let cpu0 = thread_cpu();
