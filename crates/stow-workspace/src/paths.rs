@@ -127,23 +127,26 @@ pub fn check_checkpoint_leaf(path: &str) -> Result<()> {
     Ok(())
 }
 
+/// File names that are credentials wherever they appear (compared without
+/// regard to ASCII case).
+const SENSITIVE_NAMES: &[&str] = &[
+    ".env",
+    ".npmrc",
+    ".netrc",
+    "credentials",
+    "credentials.json",
+    "service-account.json",
+    "id_rsa",
+    "id_ed25519",
+];
+
 /// Whether a slash-relative path looks like a credential (filename check
 /// only; this is not secret scanning).
 pub fn is_sensitive(rel: &str) -> bool {
     // Runs for every file of every scan, so it compares in place (ASCII
     // case-insensitive, `\\` read as `/`) instead of building a lowered copy.
     let base = rel.rsplit(['/', '\\']).next().unwrap_or(rel);
-    let exact = [
-        ".env",
-        ".npmrc",
-        ".netrc",
-        "credentials",
-        "credentials.json",
-        "service-account.json",
-        "id_rsa",
-        "id_ed25519",
-    ];
-    if exact.iter().any(|e| e.eq_ignore_ascii_case(base))
+    if SENSITIVE_NAMES.iter().any(|e| e.eq_ignore_ascii_case(base))
         || [".env.", "id_rsa.", "id_ed25519."]
             .iter()
             .any(|pre| starts_with_ci(base, pre))
@@ -300,17 +303,7 @@ mod tests {
     fn is_sensitive_reference(rel: &str) -> bool {
         let p = rel.replace('\\', "/").to_ascii_lowercase();
         let base = p.rsplit('/').next().unwrap_or(&p);
-        let exact = [
-            ".env",
-            ".npmrc",
-            ".netrc",
-            "credentials",
-            "credentials.json",
-            "service-account.json",
-            "id_rsa",
-            "id_ed25519",
-        ];
-        exact.contains(&base)
+        SENSITIVE_NAMES.contains(&base)
             || base.starts_with(".env.")
             || base.starts_with("id_rsa.")
             || base.starts_with("id_ed25519.")
