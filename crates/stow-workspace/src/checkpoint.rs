@@ -850,8 +850,8 @@ pub(crate) fn capture_locked(
     // content address as soon as their bytes are durable: a refused capture
     // leaves only complete blobs no checkpoint names, which garbage
     // collection removes (and a retry reuses).
-    let (rescan, named, stage, cache_bytes) = std::thread::scope(|s| {
-        let named = s.spawn(|| -> Result<(u64, Vec<PathBuf>)> {
+    let (check, named, stage, cache_bytes) = std::thread::scope(|s| {
+        let named = s.spawn(|| -> Result<u64> {
             make_blobs_durable(registry, &staged)?;
             let (stored, dirs) = publish_blob_names(registry, &staged)?;
             // Many blobs: their names are flushed by the syncfs that also
@@ -860,16 +860,16 @@ pub(crate) fn capture_locked(
                 let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
                 fsync_parallel(&dirs)?;
             }
-            Ok((stored, dirs))
+            Ok(stored)
         });
         let stage =
             s.spawn(|| stage_checkpoint(registry, &manifest, &summary, &extra, !many_blobs));
         let cache_bytes = s.spawn(encode_cache);
-        let rescan = tree_unchanged(&rec.dir, &before, opts.include_sensitive, watch.as_ref())
+        let check = tree_unchanged(&rec.dir, &before, opts.include_sensitive, watch.as_ref())
             .and_then(|same| Ok((same, snapshot()?)));
         let panicked = || WsError::InvalidRequest("capture worker panicked".into());
         (
-            rescan,
+            check,
             named.join().unwrap_or_else(|_| Err(panicked())),
             stage.join().unwrap_or_else(|_| Err(panicked())),
             cache_bytes.join().ok(),
@@ -884,7 +884,7 @@ pub(crate) fn capture_locked(
         abandon(e)
     };
     let ((tree_same, objects_after), stored_bytes) =
-        match rescan.and_then(|r| named.map(|(stored, _)| (r, stored))) {
+        match check.and_then(|r| named.map(|stored| (r, stored))) {
             Ok(r) => r,
             Err(e) => return abandon_staged(e),
         };
