@@ -1,9 +1,11 @@
 """Start and stop a real `stow-s3 serve` for tests, reading its readiness record."""
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import boto3
@@ -78,6 +80,46 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return False
+
+
+def kill_under_write_load(server, bucket, key_of, writers, enough):
+    """PUTs from `writers` threads (small bodies and bodies past the inline
+    size) until `enough` writes are acknowledged, then kill -9s the server.
+
+    `key_of(thread, i)` names the i-th write of a thread. Returns
+    `(acked, in_flight)`: the last acknowledged `(body, etag)` per key, and
+    per key the body of a write that was in flight when the server died
+    (each writer has at most one)."""
+    acked, inflight = {}, {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(t):
+        client = server.client()
+        i = 0
+        while not stop.is_set():
+            key = key_of(t, i)
+            body = hashlib.sha256(f"{t}-{i}".encode()).digest() * (1 + (i % 3) * 1500)
+            with lock:
+                inflight[t] = (key, body)
+            try:
+                etag = client.put_object(Bucket=bucket, Key=key, Body=body)["ETag"]
+            except Exception:
+                return
+            with lock:
+                acked[key] = (body, etag.strip('"'))
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(writers)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: len(acked) >= enough, timeout=60)
+    server.proc.kill()
+    server.proc.wait()
+    stop.set()
+    for t in threads:
+        t.join()
+    return acked, {key: body for key, body in inflight.values()}
 
 
 class WorkspaceServer(S3Server):

@@ -11,7 +11,7 @@ import threading
 import pytest
 from botocore.exceptions import ClientError
 
-from s3server import WorkspaceServer
+from s3server import WorkspaceServer, kill_under_write_load
 
 
 def prepare(stow_bin, workdir, files):
@@ -258,44 +258,12 @@ def test_workspace_is_claimed_while_served_and_released_after(stow_bin, workdir)
 
 
 def test_kill_9_under_write_load_leaves_no_torn_file(stow_bin, workdir):
-    from s3server import wait_until
-
     p = prepare(stow_bin, workdir, {"seed.txt": b"seed"})
     server = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg")
     root = pathlib.Path(server.root)
-    acked, inflight = {}, {}
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def writer(t):
-        client = server.client()
-        i = 0
-        while not stop.is_set():
-            key = f"load/t{t}/{i % 10}.bin"
-            # Small bodies and bodies past the inline size, so both ways of
-            # placing a file are interrupted.
-            body = hashlib.sha256(f"{t}-{i}".encode()).digest() * (1 + (i % 3) * 1500)
-            with lock:
-                inflight[t] = (key, body)
-            try:
-                client.put_object(Bucket=server.bucket, Key=key, Body=body)
-            except Exception:
-                return
-            with lock:
-                acked[key] = body
-            i += 1
-
-    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
-    for t in threads:
-        t.start()
-    assert wait_until(lambda: len(acked) >= 40, timeout=60)
-    server.proc.kill()
-    server.proc.wait()
-    stop.set()
-    for t in threads:
-        t.join()
-    in_flight = {key: body for key, body in inflight.values()}
-    for key, body in acked.items():
+    acked, in_flight = kill_under_write_load(
+        server, server.bucket, lambda t, i: f"load/t{t}/{i % 10}.bin", writers=6, enough=40)
+    for key, (body, _) in acked.items():
         on_disk = (root / key).read_bytes()
         # An acknowledged file may only have been replaced by its writer's
         # one write in flight, never torn or lost.
@@ -306,7 +274,7 @@ def test_kill_9_under_write_load_leaves_no_torn_file(stow_bin, workdir):
     again = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg")
     try:
         c = again.client()
-        for key, body in list(acked.items())[:10]:
+        for key in list(acked)[:10]:
             got = c.get_object(Bucket=again.bucket, Key=key)
             data = got["Body"].read()
             assert got["ETag"] == md5_etag(data)
