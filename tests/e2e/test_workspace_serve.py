@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from s3server import WorkspaceServer, kill_under_write_load
 
 
-def prepare(stow_bin, workdir, files):
+def prepare(stow_bin, workdir, files, **limits):
     src = workdir / "src"
     for rel, body in files.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -22,7 +22,7 @@ def prepare(stow_bin, workdir, files):
     manifest = workdir / "task.json"
     manifest.write_text(json.dumps({
         "version": 1, "root": "ws", "registry_dir": "reg",
-        "inputs": [{"source": "src", "destination": "."}],
+        "inputs": [{"source": "src", "destination": "."}], **limits,
     }))
     out = subprocess.run([stow_bin, "workspace", "prepare", "--manifest", str(manifest)],
                          capture_output=True, text=True, timeout=60)
@@ -255,6 +255,46 @@ def test_workspace_is_claimed_while_served_and_released_after(stow_bin, workdir)
          str(workdir / "reg"), "--portable"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout)["files"] == 2
+
+
+def test_workspace_quotas_hold_for_files_and_objects(stow_bin, workdir):
+    p = prepare(stow_bin, workdir, {"seed.txt": b"s" * 1000}, max_bytes=100_000, max_objects=10)
+    reg = str(workdir / "reg")
+    # A server may narrow the workspace's quotas, never widen them.
+    wider = subprocess.run(
+        [stow_bin, "workspace", "serve", "--id", p["workspace_id"], "--registry-dir", reg,
+         "--max-bytes", "200000"], capture_output=True, text=True, timeout=30)
+    assert wider.returncode != 0
+    assert json.loads(wider.stdout)["error"]["code"] == "invalid_request"
+    server = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg", "--max-objects", "3")
+    try:
+        assert (server.ready["max_bytes"], server.ready["max_objects"]) == (100_000, 3)
+        s3 = server.client()
+        s3.put_object(Bucket=server.bucket, Key="a.bin", Body=b"a" * 60_000)
+        for key in ("b.bin", "odd:key"):  # a file, and a private object
+            with pytest.raises(ClientError) as e:
+                s3.put_object(Bucket=server.bucket, Key=key, Body=b"b" * 50_000)
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 507
+            assert code_of(e.value) == "InsufficientStorage"
+        assert not (pathlib.Path(p["root"]) / "b.bin").exists()
+        # Upload parts count as they arrive.
+        up = s3.create_multipart_upload(Bucket=server.bucket, Key="big.bin")
+        with pytest.raises(ClientError) as e:
+            s3.upload_part(Bucket=server.bucket, Key="big.bin", UploadId=up["UploadId"],
+                           PartNumber=1, Body=b"p" * 50_000)
+        assert code_of(e.value) == "InsufficientStorage"
+        s3.abort_multipart_upload(Bucket=server.bucket, Key="big.bin", UploadId=up["UploadId"])
+        # The object count: seed, a.bin, one more.
+        s3.put_object(Bucket=server.bucket, Key="c.txt", Body=b"c")
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=server.bucket, Key="d.txt", Body=b"d")
+        assert code_of(e.value) == "InsufficientStorage"
+        # Deleting frees room at once.
+        s3.delete_object(Bucket=server.bucket, Key="a.bin")
+        s3.put_object(Bucket=server.bucket, Key="b.bin", Body=b"b" * 50_000)
+        assert (pathlib.Path(p["root"]) / "b.bin").stat().st_size == 50_000
+    finally:
+        assert server.stop() == 0
 
 
 def test_kill_9_under_write_load_leaves_no_torn_file(stow_bin, workdir):

@@ -145,6 +145,14 @@ pub struct WorkspaceServeArgs {
     /// Port to listen on; 0 (the default) picks a free one.
     #[arg(long, default_value_t = 0)]
     port: u16,
+    /// Narrow the workspace's byte quota for this server (0 keeps it; a
+    /// larger value is refused).
+    #[arg(long, default_value_t = 0)]
+    max_bytes: u64,
+    /// Narrow the workspace's object quota for this server (0 keeps it; a
+    /// larger value is refused).
+    #[arg(long, default_value_t = 0)]
+    max_objects: u64,
 }
 
 /// Serves a workspace's bucket view until SIGINT/SIGTERM. Readiness is one
@@ -155,8 +163,14 @@ pub fn run_workspace(
 ) -> Result<serde_json::Value, CliError> {
     let listen = &args.listen;
     listen.check()?;
-    let served = stow_workspace::bucket::serve_workspace(registry, &args.id)?;
+    let served = stow_workspace::bucket::serve_workspace(
+        registry,
+        &args.id,
+        args.max_bytes,
+        args.max_objects,
+    )?;
     let record = served.record;
+    let quota = served.quota;
     let config = listen.config(Arc::new(served.view));
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
     run_server(
@@ -172,6 +186,10 @@ pub fn run_workspace(
                 "region": listen.region,
                 "access_key_id": access_key,
                 "secret_access_key": secret_key,
+                "max_bytes": quota.max_bytes,
+                "max_objects": quota.max_objects,
+                "max_request_bytes": listen.max_request_bytes,
+                "max_concurrent_requests": listen.max_concurrent_requests,
             });
             listen.announce(&ready.to_string())
         },

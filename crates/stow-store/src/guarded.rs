@@ -213,6 +213,7 @@ impl Store {
         };
         let inline = staged.inline.clone();
         let opts = self.inner.opts.clone();
+        let quota = self.inner.quota();
         let saved = self.inner.db.write(move |conn, fx| {
             if let (Some(rk), Some(meaning)) = (&req.request_key, &meaning) {
                 let prior: Option<ReceiptRow> = conn
@@ -247,7 +248,7 @@ impl Store {
             let old_size = old.as_ref().map_or(0, |o| o.size as i64);
             record::charge(
                 conn,
-                &opts,
+                &quota,
                 rec.size as i64 - old_size,
                 i64::from(old.is_none()),
             )?;

@@ -156,7 +156,7 @@ impl Store {
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
         let blob = staged.id;
         let inline = staged.inline.clone();
-        let quota = self.inner.opts.clone();
+        let quota = self.inner.quota();
         let out = info.clone();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
@@ -320,7 +320,7 @@ impl Store {
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
-        let quota = self.inner.opts.clone();
+        let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
             load_upload(conn, b, &key, &upload_id)?;
@@ -361,7 +361,7 @@ impl Store {
         let full = self.full_object_checksum(bucket, key, upload_id, listed)?;
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
         let listed = listed.to_vec();
-        let quota = self.inner.opts.clone();
+        let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
             let up = load_upload(conn, b, &key, &upload_id)?;
@@ -552,7 +552,7 @@ impl Store {
 fn drop_upload(
     conn: &Connection,
     fx: &mut crate::db::Effects,
-    quota: &StoreOptions,
+    quota: &record::Quota,
     upload_id: &str,
     parts: &[PartRow],
 ) -> Result<()> {

@@ -1,6 +1,9 @@
 //! Object records and blob reference counting, inside a write or read
 //! transaction. Shared by every operation that touches object rows.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +11,7 @@ use crate::blobs::BlobId;
 use crate::checksum::Checksum;
 use crate::db::Effects;
 use crate::error::{Result, StoreError};
-use crate::model::{ObjectMeta, ObjectProps, PartSummary, StoreOptions, Usage};
+use crate::model::{ObjectMeta, ObjectProps, PartSummary, Usage};
 
 /// A contiguous piece of an object's body: a whole blob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,37 +230,101 @@ pub(crate) fn load_usage(conn: &Connection) -> Result<Usage> {
         })?)
 }
 
+/// Usage that counts against a store's quotas but is held outside it: the
+/// files a workspace view serves beside its private store. Its owner sets
+/// and changes it through [`crate::Store::charge_outside`] and friends, which
+/// run as write jobs, so every quota check sees the writes before it.
+#[derive(Debug, Default)]
+pub(crate) struct OutsideUsage {
+    bytes: AtomicU64,
+    objects: AtomicU64,
+}
+
+impl OutsideUsage {
+    pub(crate) fn get(&self) -> Usage {
+        // Only write jobs change it, one at a time, under the writer's lock.
+        Usage {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            objects: self.objects.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn set(&self, usage: Usage) {
+        self.bytes.store(usage.bytes, Ordering::Relaxed);
+        self.objects.store(usage.objects, Ordering::Relaxed);
+    }
+}
+
+/// The quotas a write is checked against, and the usage outside the store
+/// that counts with the store's own.
+#[derive(Debug, Clone)]
+pub(crate) struct Quota {
+    pub max_bytes: Option<u64>,
+    pub max_objects: Option<u64>,
+    pub outside: Arc<OutsideUsage>,
+}
+
+impl Quota {
+    /// Refuses growth that would take `stored + outside` past a limit.
+    fn check(&self, stored: Usage, bytes: i64, objects: i64) -> Result<()> {
+        let outside = self.outside.get();
+        let new_bytes = (stored.bytes + outside.bytes) as i64 + bytes;
+        let new_objects = (stored.objects + outside.objects) as i64 + objects;
+        if let Some(max) = self.max_bytes {
+            if bytes > 0 && new_bytes > max as i64 {
+                return Err(StoreError::QuotaExceeded {
+                    reason: format!("storing would use {new_bytes} bytes; the limit is {max}"),
+                });
+            }
+        }
+        if let Some(max) = self.max_objects {
+            if objects > 0 && new_objects > max as i64 {
+                return Err(StoreError::QuotaExceeded {
+                    reason: format!("storing would make {new_objects} objects; the limit is {max}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Applies a usage change after checking it against the quotas. A change
 /// that does not grow a counter is always allowed.
-pub(crate) fn charge(
-    conn: &Connection,
-    opts: &StoreOptions,
-    bytes: i64,
-    objects: i64,
-) -> Result<()> {
+pub(crate) fn charge(conn: &Connection, quota: &Quota, bytes: i64, objects: i64) -> Result<()> {
     let usage = load_usage(conn)?;
+    quota.check(usage, bytes, objects)?;
     let new_bytes = usage.bytes as i64 + bytes;
     let new_objects = usage.objects as i64 + objects;
-    if let Some(max) = opts.max_bytes {
-        if bytes > 0 && new_bytes > max as i64 {
-            return Err(StoreError::QuotaExceeded {
-                reason: format!("storing would use {new_bytes} bytes; the limit is {max}"),
-            });
-        }
-    }
-    if let Some(max) = opts.max_objects {
-        if objects > 0 && new_objects > max as i64 {
-            return Err(StoreError::QuotaExceeded {
-                reason: format!("storing would make {new_objects} objects; the limit is {max}"),
-            });
-        }
-    }
     if new_bytes < 0 || new_objects < 0 {
         return Err(StoreError::Corrupt("usage would become negative".into()));
     }
     conn.prepare_cached("UPDATE usage SET bytes = ?1, objects = ?2 WHERE id = 1")?
         .execute(params![new_bytes, new_objects])?;
     Ok(())
+}
+
+/// Changes the outside usage by a delta after checking growth against the
+/// quotas with the store's own usage (`checked`), or unconditionally.
+/// Returns the usage it replaced, to undo the change if the commit fails.
+pub(crate) fn charge_outside(
+    conn: &Connection,
+    quota: &Quota,
+    bytes: i64,
+    objects: i64,
+    checked: bool,
+) -> Result<Usage> {
+    if checked {
+        quota.check(load_usage(conn)?, bytes, objects)?;
+    }
+    let before = quota.outside.get();
+    // Clamped at zero: the owner's count can only be stale, not wrong in
+    // sign, and a stale count is corrected by its next `set`.
+    let apply = |v: u64, d: i64| (v as i64 + d).max(0) as u64;
+    quota.outside.set(Usage {
+        bytes: apply(before.bytes, bytes),
+        objects: apply(before.objects, objects),
+    });
+    Ok(before)
 }
 
 /// Compares an S3 entity tag with a stored one (quotes and `W/` optional).

@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub db: Db,
     pub blobs: Arc<BlobStore>,
     pub opts: StoreOptions,
+    /// Usage held outside the store that counts against its quotas.
+    pub outside: Arc<record::OutsideUsage>,
     /// Random per open: binds save conditions to this runtime.
     pub instance: u128,
     /// Persistent identity of the store, part of every request meaning.
@@ -64,6 +66,17 @@ fn store_identity(conn: &rusqlite::Connection) -> Result<Vec<u8>> {
                 [&id],
             )?;
             Ok(id)
+        }
+    }
+}
+
+impl Inner {
+    /// The quotas writes are checked against.
+    pub(crate) fn quota(&self) -> record::Quota {
+        record::Quota {
+            max_bytes: self.opts.max_bytes,
+            max_objects: self.opts.max_objects,
+            outside: Arc::clone(&self.outside),
         }
     }
 }
@@ -106,6 +119,7 @@ impl Store {
                 db,
                 blobs,
                 opts,
+                outside: Arc::default(),
                 instance: rand::random(),
                 store_id,
                 dir: Some(dir.to_path_buf()),
@@ -137,6 +151,7 @@ impl Store {
                 db,
                 blobs,
                 opts,
+                outside: Arc::default(),
                 instance: rand::random(),
                 store_id,
                 dir: None,
@@ -335,7 +350,7 @@ impl Store {
         };
         let inline = staged.inline.clone();
         let (bucket_s, key_s) = (bucket.to_string(), key.to_string());
-        let opts_q = self.inner.opts.clone();
+        let quota = self.inner.quota();
         let meta = self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket_s)?;
             let old = record::load_record(conn, b, &key_s)?;
@@ -343,7 +358,7 @@ impl Store {
             let old_size = old.as_ref().map_or(0, |o| o.size as i64);
             record::charge(
                 conn,
-                &opts_q,
+                &quota,
                 rec.size as i64 - old_size,
                 i64::from(old.is_none()),
             )?;
@@ -455,7 +470,7 @@ impl Store {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         let (bucket, key) = (bucket.to_string(), key.to_string());
-        let opts = self.inner.opts.clone();
+        let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
             let Some(old) = record::load_record(conn, b, &key)? else {
@@ -463,7 +478,7 @@ impl Store {
             };
             record::delete_record(conn, b, &key)?;
             record::release(conn, fx, &old.extents)?;
-            record::charge(conn, &opts, -(old.size as i64), -1)?;
+            record::charge(conn, &quota, -(old.size as i64), -1)?;
             Ok(true)
         })
     }
@@ -494,7 +509,7 @@ impl Store {
             dst_bucket.to_string(),
             dst_key.to_string(),
         );
-        let quota = self.inner.opts.clone();
+        let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
             let sbid = record::bucket_id(conn, &sb)?;
             let src = record::load_record(conn, sbid, &sk)?.ok_or_else(|| no_such_key(&sb, &sk))?;
@@ -542,9 +557,67 @@ impl Store {
         })
     }
 
-    /// Current logical usage.
+    /// Current logical usage of the store itself (not counting
+    /// [`Store::outside_usage`]).
     pub fn usage(&self) -> Result<Usage> {
         self.inner.db.read(record::load_usage)
+    }
+
+    /// Usage held outside the store that counts against its quotas, as last
+    /// set or charged by its owner (zero unless set).
+    pub fn outside_usage(&self) -> Usage {
+        self.inner.outside.get()
+    }
+
+    /// Replaces the outside usage (for example with a fresh count of the
+    /// files a view serves beside the store). Not checked against the
+    /// quotas: it describes what is already there.
+    pub fn set_outside_usage(&self, usage: Usage) -> Result<()> {
+        let quota = self.inner.quota();
+        self.outside_job(move |_| {
+            let before = quota.outside.get();
+            quota.outside.set(usage);
+            Ok(before)
+        })
+    }
+
+    /// Grows (or shrinks) the outside usage by a delta, checked against
+    /// the quotas together with the store's own usage in one write
+    /// transaction, so concurrent writes cannot together pass a limit. Growth
+    /// past a limit is refused with `quota_exceeded` and changes nothing;
+    /// shrinking is always allowed.
+    pub fn charge_outside(&self, bytes: i64, objects: i64) -> Result<()> {
+        let quota = self.inner.quota();
+        self.outside_job(move |conn| record::charge_outside(conn, &quota, bytes, objects, true))
+    }
+
+    /// Changes the outside usage by a delta without a quota check: for bytes
+    /// and objects that were admitted elsewhere and only move (a completed
+    /// upload's parts, counted by the store, becoming a file).
+    pub fn adjust_outside(&self, bytes: i64, objects: i64) -> Result<()> {
+        let quota = self.inner.quota();
+        self.outside_job(move |conn| record::charge_outside(conn, &quota, bytes, objects, false))
+    }
+
+    /// Runs a change of the outside usage as a write job (ordered with every
+    /// quota check), and undoes it if the transaction does not commit.
+    fn outside_job(
+        &self,
+        change: impl FnOnce(&Connection) -> Result<Usage> + Send + 'static,
+    ) -> Result<()> {
+        let applied: Arc<std::sync::Mutex<Option<Usage>>> = Arc::default();
+        let seen = Arc::clone(&applied);
+        let result = self.inner.db.write(move |conn, _| {
+            let before = change(conn)?;
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(before);
+            Ok(())
+        });
+        if result.is_err() {
+            if let Some(before) = *applied.lock().unwrap_or_else(|e| e.into_inner()) {
+                self.inner.outside.set(before);
+            }
+        }
+        result
     }
 }
 

@@ -13,12 +13,21 @@
 //!
 //! [`WorkspaceBucket`] implements [`ObjectBackend`], so the S3 server serves
 //! it unchanged (`stow-s3 workspace serve`).
+//!
+//! A served view enforces the workspace's quotas ([`ViewQuota`]) over files
+//! and private objects together: the files' count and bytes are the private
+//! store's "outside usage" (see [`Store::charge_outside`]), so a file write
+//! and a private-object write are checked in one order and cannot pass a
+//! limit together. The agent also writes files directly, which no quota can
+//! stop; the view counts the tree again at open and before a file write
+//! when its count is older than [`RECOUNT_AFTER`].
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use md5::{Digest, Md5};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -27,7 +36,8 @@ use stow_store::{
     page_of_sorted, validate, BucketInfo, ByteRange, Checksum, CompletedPart, ConditionCheck,
     CopyOptions, CreateUploadOptions, ListPage, ListQuery, ObjectBackend, ObjectBody, ObjectMeta,
     ObjectProps, ObjectRead, ObjectSummary, PartInfo, PartOptions, PartSummary, PartsPage,
-    PutOptions, Store, StoreError, StoreOptions, UploadInfo, UploadsPage, Usage, WriteCondition,
+    PutOptions, ReceivedBody, Store, StoreError, StoreOptions, UploadInfo, UploadsPage, Usage,
+    WriteCondition,
 };
 
 use crate::error::{Result, WsError};
@@ -60,6 +70,40 @@ pub struct WorkspaceBucket {
     writes: Mutex<()>,
     /// The workspace's session lock, when the view claims the workspace.
     _session: Option<FileLock>,
+    /// When the tree's files were last counted into the store's outside
+    /// usage; `None` for a view without quotas. Changed under `writes`.
+    counted: Mutex<Option<Instant>>,
+}
+
+/// How stale a quota-bound view lets its count of the tree's files get
+/// before a file write counts them again (the agent changes files directly).
+pub const RECOUNT_AFTER: Duration = Duration::from_secs(2);
+
+/// Quotas of a served view: stored bytes (file sizes, private objects and
+/// in-flight upload parts) and objects (files and private objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewQuota {
+    pub max_bytes: u64,
+    pub max_objects: u64,
+}
+
+impl ViewQuota {
+    /// The workspace's quotas, narrowed by a server's limits (0 keeps the
+    /// workspace's). A limit above the workspace's is refused: a server
+    /// may only narrow them.
+    pub fn narrowed(record: &Record, max_bytes: u64, max_objects: u64) -> Result<ViewQuota> {
+        let narrow = |asked: u64, own: u64, what: &str| match asked {
+            0 => Ok(own),
+            n if n <= own => Ok(n),
+            n => Err(WsError::InvalidRequest(format!(
+                "{what} {n} is above the workspace's quota of {own}; a server may only narrow it"
+            ))),
+        };
+        Ok(ViewQuota {
+            max_bytes: narrow(max_bytes, record.max_bytes, "max_bytes")?,
+            max_objects: narrow(max_objects, record.max_objects, "max_objects")?,
+        })
+    }
 }
 
 /// A registered workspace claimed for serving its bucket view.
@@ -68,16 +112,27 @@ pub struct ServedWorkspace {
     pub record: Record,
     /// The view, holding the workspace's session for its lifetime.
     pub view: WorkspaceBucket,
+    /// The quotas the view enforces.
+    pub quota: ViewQuota,
 }
 
 /// Claims workspace `id` of `registry` (refused with `in_use` while another
 /// session holds it) and opens its bucket view; the claim lasts as long as
 /// the view.
-pub fn serve_workspace(registry: &Registry, id: &str) -> Result<ServedWorkspace> {
+///
+/// `max_bytes`/`max_objects` narrow the workspace's quotas (0 keeps them);
+/// a value above them is refused before anything is claimed.
+pub fn serve_workspace(
+    registry: &Registry,
+    id: &str,
+    max_bytes: u64,
+    max_objects: u64,
+) -> Result<ServedWorkspace> {
     let record = {
         let _lock = registry.lock()?;
         registry.get(id)?
     };
+    let quota = ViewQuota::narrowed(&record, max_bytes, max_objects)?;
     let session = claim_session(&record.dir, id)?;
     let ident = read_identity(&record.dir)?;
     if ident.workspace_id != record.id {
@@ -87,9 +142,13 @@ pub fn serve_workspace(registry: &Registry, id: &str) -> Result<ServedWorkspace>
             ident.workspace_id
         )));
     }
-    let mut view = WorkspaceBucket::open(&record.dir, &record.bucket)?;
+    let mut view = WorkspaceBucket::open_with_quota(&record.dir, &record.bucket, Some(quota))?;
     view._session = Some(session);
-    Ok(ServedWorkspace { record, view })
+    Ok(ServedWorkspace {
+        record,
+        view,
+        quota,
+    })
 }
 
 fn store_err(e: StoreError) -> WsError {
@@ -178,6 +237,37 @@ fn open_props_db(root: &Path) -> StoreResult<Connection> {
     Ok(conn)
 }
 
+/// The change in (bytes, objects) when a file of `old` bytes (or none)
+/// becomes one of `new` bytes (or none).
+fn file_change(old: Option<u64>, new: Option<u64>) -> (i64, i64) {
+    let size = |s: Option<u64>| s.unwrap_or(0) as i64;
+    let count = |s: Option<u64>| i64::from(s.is_some());
+    (size(new) - size(old), count(new) - count(old))
+}
+
+/// A body reader that fails once more than `room` bytes arrive.
+struct CappedReader<'a> {
+    inner: &'a mut dyn Read,
+    room: u64,
+    overflowed: bool,
+}
+
+impl Read for CappedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        match self.room.checked_sub(n as u64) {
+            Some(left) => {
+                self.room = left;
+                Ok(n)
+            }
+            None => {
+                self.overflowed = true;
+                Err(io::Error::other("the body exceeds the quota"))
+            }
+        }
+    }
+}
+
 fn quoted_md5(file: &mut File) -> io::Result<String> {
     file.seek(SeekFrom::Start(0))?;
     let mut hasher = Md5::new();
@@ -209,18 +299,38 @@ impl WorkspaceBucket {
     /// Opens (creating if needed) the view of `root` with `primary` as its
     /// primary bucket. The private store is owned exclusively while open.
     pub fn open(root: &Path, primary: &str) -> Result<WorkspaceBucket> {
-        let store =
-            Store::open(private_store_dir(root), StoreOptions::default()).map_err(store_err)?;
+        Self::open_with_quota(root, primary, None)
+    }
+
+    /// Opens the view like [`WorkspaceBucket::open`]; with a quota, writes
+    /// through it that would take the workspace past a limit are refused
+    /// with `quota_exceeded` (removals are always allowed).
+    pub fn open_with_quota(
+        root: &Path,
+        primary: &str,
+        quota: Option<ViewQuota>,
+    ) -> Result<WorkspaceBucket> {
+        let opts = StoreOptions {
+            max_bytes: quota.map(|q| q.max_bytes),
+            max_objects: quota.map(|q| q.max_objects),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(private_store_dir(root), opts).map_err(store_err)?;
         store.create_bucket(primary).map_err(store_err)?;
         let props = open_props_db(root).map_err(store_err)?;
-        Ok(WorkspaceBucket {
+        let view = WorkspaceBucket {
             root: root.to_path_buf(),
             primary: primary.to_string(),
             store,
             props: Mutex::new(props),
             writes: Mutex::new(()),
             _session: None,
-        })
+            counted: Mutex::new(None),
+        };
+        if quota.is_some() {
+            view.count_files().map_err(store_err)?;
+        }
+        Ok(view)
     }
 
     /// The primary bucket's name.
@@ -244,6 +354,91 @@ impl WorkspaceBucket {
 
     fn lock_writes(&self) -> MutexGuard<'_, ()> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn counted(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts the tree's files into the store's outside usage. The caller
+    /// holds the write lock (or is opening the view).
+    fn count_files(&self) -> StoreResult<()> {
+        let files = self.walk_files("")?;
+        self.store.set_outside_usage(Usage {
+            bytes: files.iter().map(|(_, m)| m.len()).sum(),
+            objects: files.len() as u64,
+        })?;
+        *self.counted() = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Admits a file write that replaces a file of `old_size` bytes (`None`:
+    /// no file there) with `new_size` bytes, against the quotas. Returns the
+    /// charge, to undo with [`WorkspaceBucket::uncharge`] if the write fails.
+    /// The caller holds the write lock.
+    fn charge_file(&self, old_size: Option<u64>, new_size: u64) -> StoreResult<(i64, i64)> {
+        let stale = match *self.counted() {
+            None => return Ok((0, 0)),
+            Some(at) => at.elapsed() >= RECOUNT_AFTER,
+        };
+        if stale {
+            self.count_files()?;
+        }
+        let charge = file_change(old_size, Some(new_size));
+        self.store.charge_outside(charge.0, charge.1)?;
+        Ok(charge)
+    }
+
+    fn uncharge(&self, (bytes, objects): (i64, i64)) {
+        if (bytes, objects) != (0, 0) {
+            if let Err(e) = self.store.adjust_outside(-bytes, -objects) {
+                tracing::warn!("cannot undo a quota charge: {e}");
+            }
+        }
+    }
+
+    /// Counts a file change that needs no admission: a removal, or bytes
+    /// admitted elsewhere that only moved into the tree.
+    fn note_file(&self, old_size: Option<u64>, new_size: Option<u64>) {
+        if self.counted().is_some() {
+            let (bytes, objects) = file_change(old_size, new_size);
+            if let Err(e) = self.store.adjust_outside(bytes, objects) {
+                tracing::warn!("cannot count a file change into the quota: {e}");
+            }
+        }
+    }
+
+    /// The size of the regular file at a file key, if there is one.
+    fn file_size(&self, key: &str) -> StoreResult<Option<u64>> {
+        Ok(self.regular_file(key)?.map(|(_, m)| m.len()))
+    }
+
+    /// Receives a body for a file key; with a quota, stops as soon as the
+    /// body is larger than the room left (counting the file it replaces),
+    /// so an oversized upload is refused without being stored first. The
+    /// exact check is [`WorkspaceBucket::charge_file`]'s.
+    fn receive_within_quota(
+        &self,
+        key: &str,
+        body: &mut dyn Read,
+        opts: PutOptions,
+    ) -> StoreResult<ReceivedBody> {
+        let Some(max) = self.store.options().max_bytes else {
+            return self.store.receive(body, opts);
+        };
+        let used = ObjectBackend::usage(self)?.bytes;
+        let room = (max + self.file_size(key)?.unwrap_or(0)).saturating_sub(used);
+        let mut capped = CappedReader {
+            inner: body,
+            room,
+            overflowed: false,
+        };
+        match self.store.receive(&mut capped, opts) {
+            Err(_) if capped.overflowed => Err(StoreError::QuotaExceeded {
+                reason: format!("the body is larger than the {room} bytes the quota has left"),
+            }),
+            other => other,
+        }
     }
 
     /// Whether `bucket/key` names a file of the tree (if the path is free).
@@ -679,7 +874,12 @@ impl ObjectBackend for WorkspaceBucket {
     }
 
     fn usage(&self) -> StoreResult<Usage> {
-        self.store.usage()
+        let own = self.store.usage()?;
+        let files = self.store.outside_usage();
+        Ok(Usage {
+            bytes: own.bytes + files.bytes,
+            objects: own.objects + files.objects,
+        })
     }
 
     fn create_bucket(&self, name: &str) -> StoreResult<bool> {
@@ -715,7 +915,7 @@ impl ObjectBackend for WorkspaceBucket {
             return self.store.put_object(bucket, key, body, opts);
         }
         let condition = std::mem::take(&mut opts.condition);
-        let received = self.store.receive(body, opts)?;
+        let received = self.receive_within_quota(key, body, opts)?;
         let props = FileProps {
             etag: received.etag.clone(),
             props: received.props.clone(),
@@ -725,7 +925,12 @@ impl ObjectBackend for WorkspaceBucket {
         let _w = self.lock_writes();
         let current = self.current(key)?;
         condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
-        self.install(key, props, |path, mode| received.persist_as(path, mode))
+        let charge = self.charge_file(self.file_size(key)?, received.size)?;
+        let installed = self.install(key, props, |path, mode| received.persist_as(path, mode));
+        if installed.is_err() {
+            self.uncharge(charge);
+        }
+        installed
     }
 
     fn head_object(&self, bucket: &str, key: &str) -> StoreResult<ObjectMeta> {
@@ -798,9 +1003,12 @@ impl ObjectBackend for WorkspaceBucket {
         }
         let _w = self.lock_writes();
         let mut deleted = false;
-        if let Some((path, _)) = self.regular_file(key)? {
+        if let Some((path, m)) = self.regular_file(key)? {
             match fs::remove_file(&path) {
-                Ok(()) => deleted = true,
+                Ok(()) => {
+                    deleted = true;
+                    self.note_file(Some(m.len()), None);
+                }
                 Err(e) if is_missing(&e) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -934,6 +1142,12 @@ impl ObjectBackend for WorkspaceBucket {
             checksum: done.checksum,
             parts: done.parts,
         };
-        self.install(key, props, |path, mode| received.persist_as(path, mode))
+        // The parts' bytes and the object were admitted by the store; they
+        // move into the tree (install drops the store's copy).
+        let old_size = self.file_size(key)?;
+        let size = received.size;
+        let meta = self.install(key, props, |path, mode| received.persist_as(path, mode))?;
+        self.note_file(old_size, Some(size));
+        Ok(meta)
     }
 }

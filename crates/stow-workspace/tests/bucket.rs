@@ -1,9 +1,10 @@
 //! The workspace bucket view (D4) and portable (v2) checkpoints.
 
 use std::fs;
+use std::io::Read as _;
 
-use stow_store::ObjectProps;
-use stow_workspace::bucket::WorkspaceBucket;
+use stow_store::{ObjectBackend, ObjectProps, PutOptions};
+use stow_workspace::bucket::{serve_workspace, ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
 use stow_workspace::checkpoint::{self, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry};
@@ -127,4 +128,99 @@ fn bucket_view_and_portable_checkpoints() {
     // Garbage collection keeps every payload a retained checkpoint needs.
     checkpoint::delete(&reg, &c2.checkpoint_id).unwrap();
     checkpoint::verify(&reg, &c1.checkpoint_id).unwrap();
+}
+
+fn put(view: &WorkspaceBucket, bucket: &str, key: &str, body: &[u8]) -> Result<(), String> {
+    ObjectBackend::put_object(view, bucket, key, &mut &body[..], PutOptions::default())
+        .map(|_| ())
+        .map_err(|e| e.code().to_string())
+}
+
+/// Files and private objects share the served workspace's quotas; a
+/// refused write leaves nothing behind, removals free room, and files the
+/// agent writes directly are counted again once the count is stale.
+#[test]
+fn served_view_enforces_the_workspace_quotas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::create_dir(dir.join("in")).unwrap();
+    fs::write(dir.join("in/seed.txt"), vec![b's'; 1000]).unwrap();
+    fs::write(
+        dir.join("t.json"),
+        r#"{"version":1,"root":"ws","registry_dir":"reg","max_bytes":10000,"max_objects":4,
+            "inputs":[{"source":"in","destination":"."}]}"#,
+    )
+    .unwrap();
+    let p = prepare(&dir.join("t.json")).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let ws = p.workspace_id.as_str();
+
+    // A server may narrow the quotas, never widen them; a refusal claims nothing.
+    let err = serve_workspace(&reg, ws, 20_000, 0).err().unwrap();
+    assert_eq!(err.code(), "invalid_request");
+    let served = serve_workspace(&reg, ws, 0, 3).unwrap();
+    assert_eq!(
+        served.quota,
+        ViewQuota {
+            max_bytes: 10_000,
+            max_objects: 3
+        }
+    );
+    let view = &served.view;
+    let b = p.bucket.as_str();
+    let usage = |v: &WorkspaceBucket| ObjectBackend::usage(v).unwrap();
+    assert_eq!((usage(view).bytes, usage(view).objects), (1000, 1));
+
+    put(view, b, "a.txt", &[b'a'; 6000]).unwrap();
+    // Bytes: 1000 + 6000 + 4000 > 10000, as a file and as a private object.
+    assert_eq!(
+        put(view, b, "b.txt", &[b'b'; 4000]),
+        Err("quota_exceeded".into())
+    );
+    assert_eq!(
+        put(view, b, "odd:key", &[b'b'; 4000]),
+        Err("quota_exceeded".into())
+    );
+    assert!(!p.root.join("b.txt").exists());
+    let stray: Vec<_> = fs::read_dir(&p.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != ".stow" && n != "seed.txt" && n != "a.txt")
+        .collect();
+    assert!(stray.is_empty(), "nothing half-written: {stray:?}");
+    // A body far over the room left is refused without being received whole.
+    let mut endless = std::io::repeat(b'x').take(1 << 30);
+    let e = ObjectBackend::put_object(view, b, "huge.bin", &mut endless, PutOptions::default());
+    assert_eq!(e.unwrap_err().code(), "quota_exceeded");
+    assert!(endless.limit() > (1 << 29), "stopped early");
+    // An overwrite counts only its growth.
+    put(view, b, "a.txt", &[b'a'; 8000]).unwrap();
+    // Objects: seed, a.txt, odd:key = 3; a fourth is refused.
+    put(view, b, "odd:key", b"x").unwrap();
+    assert_eq!(put(view, b, "c.txt", b"c"), Err("quota_exceeded".into()));
+    assert_eq!(usage(view).objects, 3);
+    // Removing frees room at once.
+    ObjectBackend::delete_object(view, b, "a.txt").unwrap();
+    assert_eq!((usage(view).bytes, usage(view).objects), (1001, 2));
+    put(view, b, "c.txt", &[b'c'; 5000]).unwrap();
+
+    ObjectBackend::delete_object(view, b, "odd:key").unwrap();
+    assert_eq!((usage(view).bytes, usage(view).objects), (6000, 2));
+
+    // The agent grows a file directly; the next write after the count went
+    // stale sees it (counted: 6000 + 600 fits; real: 9500 + 600 does not).
+    fs::write(p.root.join("c.txt"), vec![0u8; 8500]).unwrap();
+    std::thread::sleep(RECOUNT_AFTER + std::time::Duration::from_millis(100));
+    assert_eq!(
+        put(view, b, "d.txt", &[b'd'; 600]),
+        Err("quota_exceeded".into())
+    );
+    assert_eq!((usage(view).bytes, usage(view).objects), (9500, 2));
+    ObjectBackend::delete_object(view, b, "c.txt").unwrap();
+    put(view, b, "d.txt", &[b'd'; 600]).unwrap();
+    drop(served);
+
+    // Views opened for checkpoints and restores have no quota.
+    let view = WorkspaceBucket::open(&p.root, &p.bucket).unwrap();
+    put(&view, b, "e.txt", &[b'e'; 20_000]).unwrap();
 }
