@@ -19,23 +19,48 @@ const CHUNK: usize = 256 * 1024;
 /// runtime before the store sees them.
 const SMALL_REQUEST: i64 = 64 * 1024;
 
+/// A request body as the store will read it.
+pub enum RequestBody {
+    /// Received whole, without error.
+    Complete(Vec<u8>),
+    /// Still to be read (large, or failed part-way): use inside
+    /// `spawn_blocking`.
+    Reader(Box<dyn Read + Send>),
+}
+
+impl RequestBody {
+    /// A blocking reader over the body.
+    pub fn into_reader(self) -> Box<dyn Read + Send> {
+        match self {
+            RequestBody::Complete(bytes) => Box::new(io::Cursor::new(bytes)),
+            RequestBody::Reader(r) => r,
+        }
+    }
+}
+
 /// A blocking reader over a request body of `announced` bytes (the
 /// request's Content-Length, decoded length for aws-chunked). Create it on
 /// the runtime, use it inside `spawn_blocking`.
-///
-/// A small body is received here, on the runtime: a blocking reader would
-/// cost a thread handoff per chunk, which dominates small PUTs. A large one
-/// streams through a bridge with bounded memory. Errors from the body (a
-/// broken connection, a failed chunk signature) surface as `InvalidData`.
 pub async fn request_reader(
     body: Option<StreamingBlob>,
     announced: Option<i64>,
 ) -> Box<dyn Read + Send> {
+    request_body(body, announced).await.into_reader()
+}
+
+/// Receives a request body of `announced` bytes.
+///
+/// A small body is received here, on the runtime: a blocking reader would
+/// cost a thread handoff per chunk, which dominates small PUTs. A large one
+/// streams through a bridge with bounded memory. Errors from the body (a
+/// broken connection, a failed chunk signature) surface as `InvalidData`
+/// from the reader.
+pub async fn request_body(body: Option<StreamingBlob>, announced: Option<i64>) -> RequestBody {
     let Some(mut blob) = body else {
-        return Box::new(io::empty());
+        return RequestBody::Complete(Vec::new());
     };
     if !announced.is_some_and(|n| (0..=SMALL_REQUEST).contains(&n)) {
-        return streaming_reader(blob);
+        return RequestBody::Reader(streaming_reader(blob));
     }
     let mut buf = Vec::with_capacity(announced.unwrap_or(0) as usize);
     while let Some(chunk) = blob.next().await {
@@ -43,15 +68,19 @@ pub async fn request_reader(
             Ok(bytes) => buf.extend_from_slice(&bytes),
             Err(e) => {
                 let failed = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-                return Box::new(io::Cursor::new(buf).chain(FailingReader(Some(failed))));
+                return RequestBody::Reader(Box::new(
+                    io::Cursor::new(buf).chain(FailingReader(Some(failed))),
+                ));
             }
         }
         if buf.len() as i64 > SMALL_REQUEST {
             // More than announced: let the store see (and refuse) the rest.
-            return Box::new(io::Cursor::new(buf).chain(streaming_reader(blob)));
+            return RequestBody::Reader(Box::new(
+                io::Cursor::new(buf).chain(streaming_reader(blob)),
+            ));
         }
     }
-    Box::new(io::Cursor::new(buf))
+    RequestBody::Complete(buf)
 }
 
 /// A reader that fails once with the error it holds, then reads nothing.

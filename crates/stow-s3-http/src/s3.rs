@@ -12,7 +12,7 @@ use stow_store as store;
 
 use stow_store::{ByteRange, ChecksumAlgorithm as Alg, ObjectBackend, ObjectMeta, StoreError};
 
-use crate::body::{request_reader, response_body};
+use crate::body::{request_body, request_reader, response_body, RequestBody};
 use crate::errors::to_s3;
 
 /// The S3 service over one store.
@@ -569,10 +569,24 @@ impl S3 for StowS3 {
             trailing_checksums: trailer.and(trailing_checksums),
             condition: write_condition(input.if_match, input.if_none_match)?,
         };
-        let mut reader = request_reader(input.body, input.content_length).await;
-        let store = self.store.clone();
+        let body = request_body(input.body, input.content_length).await;
         let (bucket, key) = (input.bucket, input.key);
-        let meta = blocking(move || store.put_object(&bucket, &key, &mut reader, opts)).await?;
+        let meta = match (body, self.store.as_store()) {
+            // A small body of a plain store commits without a blocking
+            // thread: the request waits for the store's commit thread.
+            (RequestBody::Complete(bytes), Some(store)) if bytes.len() <= store::SMALL_BODY_MAX => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                store.put_object_detached(&bucket, &key, bytes, opts, move |r| {
+                    let _ = tx.send(r);
+                });
+                rx.await.map_err(S3Error::internal_error)?.map_err(to_s3)?
+            }
+            (body, _) => {
+                let mut reader = body.into_reader();
+                let store = self.store.clone();
+                blocking(move || store.put_object(&bucket, &key, &mut reader, opts)).await?
+            }
+        };
         let c = ChecksumFields::of(meta.checksum.as_ref());
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&meta.etag)),

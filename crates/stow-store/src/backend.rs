@@ -15,6 +15,11 @@ use crate::store::{ObjectRead, Store};
 pub trait ObjectBackend: Send + Sync + 'static {
     /// Whether objects outlive the process.
     fn is_persistent(&self) -> bool;
+    /// The backend as a plain [`Store`], when it is one (for calls only a
+    /// store offers, such as [`Store::put_object_detached`]).
+    fn as_store(&self) -> Option<&Store> {
+        None
+    }
     /// Name of the backend for status reports.
     fn backend_name(&self) -> &'static str {
         if self.is_persistent() {
@@ -111,6 +116,9 @@ pub trait ObjectBackend: Send + Sync + 'static {
 impl ObjectBackend for Store {
     fn is_persistent(&self) -> bool {
         Store::is_persistent(self)
+    }
+    fn as_store(&self) -> Option<&Store> {
+        Some(self)
     }
     fn usage(&self) -> Result<Usage> {
         Store::usage(self)

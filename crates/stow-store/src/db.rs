@@ -7,11 +7,19 @@
 //! running, the writer that finds the queue first becomes the leader and
 //! runs every queued job in one transaction (each in its own savepoint, so
 //! one job's refusal does not undo another's work), paying for one fsync on
-//! behalf of all of them (group commit). Writers that arrive meanwhile wait
-//! on a condition variable and form the next batch.
+//! behalf of all of them (group commit). Writers that arrive meanwhile queue
+//! up and form the next batch, which the store's commit thread runs: a
+//! leader never waits for more than its own batch.
+//!
+//! Each waiting writer sleeps on its own thread's park token and is woken
+//! once, when its result is ready. [`Db::submit`] queues a job without
+//! waiting at all (for callers on an async runtime, which must not block):
+//! its result goes to a callback on the commit thread.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle, Thread};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -73,24 +81,74 @@ struct Writer {
 }
 
 /// Queued writes and whether a leader is running a batch.
+/// Queued writes and who leads them.
 #[derive(Default)]
 struct Queue {
     jobs: Vec<Job>,
+    /// A batch is running (or the commit thread has been asked to run one).
     leader: bool,
+    /// The commit thread is asked to lead.
+    hand_over: bool,
+    /// The database is closing: the commit thread ends once nothing is queued.
+    closing: bool,
+}
+
+/// What the writers and the commit thread share.
+struct Shared {
+    writer: Mutex<Writer>,
+    queue: Mutex<Queue>,
+    /// Wakes the commit thread when leadership is handed to it.
+    commit_wanted: Condvar,
+    blobs: Arc<BlobStore>,
 }
 
 /// The metadata database of one store.
 pub(crate) struct Db {
-    writer: Mutex<Writer>,
-    queue: Mutex<Queue>,
-    /// Signalled when a batch ends: its writers' results are ready, and
-    /// the next batch may start.
-    batch_done: Condvar,
+    shared: Arc<Shared>,
+    committer: Option<JoinHandle<()>>,
     /// Read connections (disk only; the memory database has one connection).
     readers: Option<Mutex<Vec<Connection>>>,
     path: Option<std::path::PathBuf>,
     cache_bytes: u64,
-    blobs: Arc<BlobStore>,
+}
+
+/// Tells a writer parked in [`Db::write`] that its result is ready.
+struct Wake {
+    done: AtomicBool,
+    thread: Thread,
+}
+
+impl Wake {
+    fn wake(&self) {
+        self.done.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// Delivers a job's result exactly once: through [`Reply::send`], or, if
+/// the job is dropped unfinished (its batch panicked), as an error.
+struct Reply<T>(Option<Box<dyn FnOnce(Result<T>) + Send>>);
+
+impl<T> Reply<T> {
+    fn new(f: impl FnOnce(Result<T>) + Send + 'static) -> Self {
+        Reply(Some(Box::new(f)))
+    }
+
+    fn send(mut self, result: Result<T>) {
+        if let Some(f) = self.0.take() {
+            f(result);
+        }
+    }
+}
+
+impl<T> Drop for Reply<T> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(StoreError::Io(std::io::Error::other(
+                "the write was abandoned: its batch did not finish",
+            ))));
+        }
+    }
 }
 
 /// WAL frames between automatic checkpoints (SQLite's default is 1000).
@@ -135,17 +193,13 @@ impl Db {
         // WAL stays bounded (about 32 MiB) and a clean close removes it.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         conn.execute_batch(SCHEMA)?;
+        let shared = Shared::new(conn, blobs);
         Ok(Self {
-            writer: Mutex::new(Writer {
-                conn,
-                unlinked: Vec::new(),
-            }),
-            queue: Mutex::new(Queue::default()),
-            batch_done: Condvar::new(),
+            committer: Some(spawn_committer(&shared)?),
+            shared,
             readers: Some(Mutex::new(Vec::new())),
             path: Some(path.to_path_buf()),
             cache_bytes,
-            blobs,
         })
     }
 
@@ -154,24 +208,20 @@ impl Db {
         let conn = Connection::open_in_memory()?;
         conn.set_prepared_statement_cache_capacity(64);
         conn.execute_batch(SCHEMA)?;
+        let shared = Shared::new(conn, blobs);
         Ok(Self {
-            writer: Mutex::new(Writer {
-                conn,
-                unlinked: Vec::new(),
-            }),
-            queue: Mutex::new(Queue::default()),
-            batch_done: Condvar::new(),
+            committer: Some(spawn_committer(&shared)?),
+            shared,
             readers: None,
             path: None,
             cache_bytes: 0,
-            blobs,
         })
     }
 
     /// Runs `f` on a consistent snapshot.
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let (Some(pool), Some(path)) = (&self.readers, &self.path) else {
-            let w = lock(&self.writer);
+            let w = lock(&self.shared.writer);
             return f(&w.conn);
         };
         let conn = match lock(pool).pop() {
@@ -202,57 +252,162 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
     {
-        let slot: Arc<Mutex<Option<Result<T>>>> = Arc::new(Mutex::new(None));
-        let out = Arc::clone(&slot);
-        let job: Job = Box::new(move |conn, effects| {
-            let mut mine = Effects::default();
-            let result = conn
-                .map_err(commit_error)
-                .and_then(|conn| run_in_savepoint(conn, f, &mut mine));
-            if result.is_ok() {
-                effects.publish.append(&mut mine.publish);
-                effects.unlink.append(&mut mine.unlink);
-            }
-            Box::new(move |commit: Result<(), &StoreError>| {
-                let result = match (result, commit) {
-                    (Ok(v), Ok(())) => Ok(v),
-                    (Ok(_), Err(e)) => Err(commit_error(e)),
-                    (Err(e), _) => Err(e),
-                };
-                *lock(&out) = Some(result);
-            })
+        let slot: Arc<Mutex<Option<Result<T>>>> = Arc::default();
+        let wake = Arc::new(Wake {
+            done: AtomicBool::new(false),
+            thread: thread::current(),
         });
-        // Followers wait on the condition variable, not on the connection,
-        // so a finished batch releases all its writers at once and the jobs
-        // queued meanwhile go out together in the next batch.
-        let mut queue = lock(&self.queue);
+        let (out, woken) = (Arc::clone(&slot), Arc::clone(&wake));
+        let job = job_of(
+            f,
+            Reply::new(move |result| {
+                *lock(&out) = Some(result);
+                woken.wake();
+            }),
+        );
+        let mut queue = lock(&self.shared.queue);
         queue.jobs.push(job);
-        loop {
-            if let Some(done) = lock(&slot).take() {
-                return done;
-            }
-            if queue.leader {
-                queue = self
-                    .batch_done
-                    .wait(queue)
-                    .unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
+        if queue.leader {
+            drop(queue);
+        } else {
+            // Nobody is committing: lead this batch here, without a handoff.
             queue.leader = true;
             let jobs = std::mem::take(&mut queue.jobs);
             drop(queue);
-            {
-                // Hands leadership back even if the batch panics.
-                let _leading = Leading(self);
-                let mut writer = lock(&self.writer);
-                self.run_batch(&mut writer, jobs);
+            let _leading = Leading(&self.shared);
+            self.shared.run_batch(jobs);
+        }
+        while !wake.done.load(Ordering::Acquire) {
+            thread::park();
+        }
+        let result = lock(&slot).take();
+        result.unwrap_or_else(|| {
+            Err(StoreError::Corrupt(
+                "a write finished without a result".into(),
+            ))
+        })
+    }
+
+    /// Queues `f` like [`Db::write`] but returns at once; `done` gets the
+    /// result, on the commit thread, once the transaction is durable (or
+    /// refused). `done` must not block.
+    pub fn submit<T, F>(&self, f: F, done: impl FnOnce(Result<T>) + Send + 'static)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+    {
+        let job = job_of(f, Reply::new(done));
+        let mut queue = lock(&self.shared.queue);
+        queue.jobs.push(job);
+        if !queue.leader {
+            queue.leader = true;
+            queue.hand_over = true;
+            self.shared.commit_wanted.notify_one();
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).closing = true;
+        self.shared.commit_wanted.notify_one();
+        if let Some(t) = self.committer.take() {
+            if t.join().is_err() {
+                tracing::error!("the commit thread panicked");
             }
-            queue = lock(&self.queue);
+        }
+    }
+}
+
+/// Wraps a write as a queued job that reports through `reply`.
+fn job_of<T, F>(f: F, reply: Reply<T>) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+{
+    Box::new(move |conn, effects| {
+        let mut mine = Effects::default();
+        let result = conn
+            .map_err(commit_error)
+            .and_then(|conn| run_in_savepoint(conn, f, &mut mine));
+        if result.is_ok() {
+            effects.publish.append(&mut mine.publish);
+            effects.unlink.append(&mut mine.unlink);
+        }
+        Box::new(move |commit: Result<(), &StoreError>| {
+            reply.send(match (result, commit) {
+                (Ok(v), Ok(())) => Ok(v),
+                (Ok(_), Err(e)) => Err(commit_error(e)),
+                (Err(e), _) => Err(e),
+            })
+        })
+    })
+}
+
+fn spawn_committer(shared: &Arc<Shared>) -> Result<JoinHandle<()>> {
+    let shared = Arc::clone(shared);
+    Ok(thread::Builder::new()
+        .name("stow-commit".into())
+        .spawn(move || shared.commit_loop())?)
+}
+
+impl Shared {
+    fn new(conn: Connection, blobs: Arc<BlobStore>) -> Arc<Shared> {
+        Arc::new(Shared {
+            writer: Mutex::new(Writer {
+                conn,
+                unlinked: Vec::new(),
+            }),
+            queue: Mutex::new(Queue::default()),
+            commit_wanted: Condvar::new(),
+            blobs,
+        })
+    }
+
+    /// The commit thread: leads whenever leadership is handed to it, for
+    /// as long as writes keep arriving.
+    fn commit_loop(&self) {
+        let mut queue = lock(&self.queue);
+        loop {
+            while !queue.hand_over && !queue.closing {
+                queue = self
+                    .commit_wanted
+                    .wait(queue)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if !queue.hand_over {
+                // Closing, and no batch is wanted: every write has been answered.
+                return;
+            }
+            queue.hand_over = false;
+            loop {
+                let jobs = std::mem::take(&mut queue.jobs);
+                if jobs.is_empty() {
+                    queue.leader = false;
+                    break;
+                }
+                drop(queue);
+                // A panicking batch answers its writers with an error (see
+                // `Reply`); the thread goes on serving the others.
+                let ran =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_batch(jobs)));
+                if ran.is_err() {
+                    tracing::error!("a write batch panicked");
+                }
+                queue = lock(&self.queue);
+            }
         }
     }
 
-    fn run_batch(&self, writer: &mut Writer, jobs: Vec<Job>) {
+    fn run_batch(&self, jobs: Vec<Job>) {
+        let mut writer = lock(&self.writer);
+        let writer = &mut *writer;
         let conn = &writer.conn;
+        if !conn.is_autocommit() {
+            // A batch panicked mid-transaction: its writers were answered
+            // with errors; drop what it left open.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         let begin = conn
             .prepare_cached("BEGIN IMMEDIATE")
             .and_then(|mut st| st.execute([]))
@@ -303,13 +458,20 @@ impl Db {
     }
 }
 
-/// Leadership of the write queue; dropping it lets the next batch start.
-struct Leading<'a>(&'a Db);
+/// Leadership of the write queue held by a writer running its own batch.
+/// Dropping it (also in a panic) hands the queued writes to the commit
+/// thread, or ends the leadership when nothing is queued.
+struct Leading<'a>(&'a Shared);
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        lock(&self.0.queue).leader = false;
-        self.0.batch_done.notify_all();
+        let mut queue = lock(&self.0.queue);
+        if queue.jobs.is_empty() {
+            queue.leader = false;
+        } else {
+            queue.hand_over = true;
+            self.0.commit_wanted.notify_one();
+        }
     }
 }
 
@@ -328,5 +490,113 @@ fn run_in_savepoint<T>(
             let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn db(dir: &Path) -> Db {
+        let blobs = Arc::new(BlobStore::disk(dir).unwrap());
+        let db = Db::open(&dir.join("t.db"), blobs, 1 << 20).unwrap();
+        db.write(|c, _| Ok(c.execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY)")?))
+            .unwrap();
+        db
+    }
+
+    fn insert(n: i64) -> impl FnOnce(&Connection, &mut Effects) -> Result<i64> + Send {
+        move |c, _| {
+            c.execute("INSERT INTO t VALUES (?1)", [n])?;
+            Ok(n)
+        }
+    }
+
+    fn count(db: &Db) -> i64 {
+        db.read(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .unwrap()
+    }
+
+    /// Waiting and detached writes from many threads all commit and are
+    /// each answered once with their own result; a refused job (duplicate
+    /// key) undoes only itself.
+    #[test]
+    fn waiting_and_detached_writes_are_all_answered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = Arc::new(db(tmp.path()));
+        let (tx, rx) = mpsc::channel();
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (db, tx) = (Arc::clone(&db), tx.clone());
+                thread::spawn(move || {
+                    for i in 0..50 {
+                        let n = t * 1000 + i;
+                        if i % 2 == 0 {
+                            assert_eq!(db.write(insert(n)).unwrap(), n);
+                        } else {
+                            let tx = tx.clone();
+                            db.submit(insert(n), move |r| tx.send((n, r)).unwrap());
+                        }
+                    }
+                    // Key 0 exists (thread 0 wrote it first): refused.
+                    if t == 0 {
+                        assert!(db.write(insert(0)).is_err());
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let detached: Vec<_> = rx.iter().collect();
+        assert_eq!(detached.len(), 8 * 25);
+        for (n, r) in detached {
+            assert_eq!(r.unwrap(), n);
+        }
+        assert_eq!(count(&db), 8 * 50);
+    }
+
+    /// Closing the database answers every detached write first.
+    #[test]
+    fn closing_answers_queued_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = db(tmp.path());
+        let (tx, rx) = mpsc::channel();
+        for n in 0..200 {
+            let tx = tx.clone();
+            db.submit(insert(n), move |r| tx.send(r.is_ok()).unwrap());
+        }
+        drop(db);
+        drop(tx);
+        assert_eq!(rx.iter().filter(|ok| *ok).count(), 200);
+        let db = self::db_reopen(tmp.path());
+        assert_eq!(count(&db), 200);
+    }
+
+    fn db_reopen(dir: &Path) -> Db {
+        let blobs = Arc::new(BlobStore::disk(dir).unwrap());
+        Db::open(&dir.join("t.db"), blobs, 1 << 20).unwrap()
+    }
+
+    /// A panicking job answers its batch with errors instead of leaving
+    /// them waiting, and later writes still commit.
+    #[test]
+    fn a_panicking_batch_answers_with_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = db(tmp.path());
+        let (tx, rx) = mpsc::channel();
+        let panicking = |_: &Connection, _: &mut Effects| -> Result<i64> { panic!("job bug") };
+        let tx2 = tx.clone();
+        db.submit(panicking, move |r| tx2.send(r.is_err()).unwrap());
+        assert!(rx.recv().unwrap(), "the panicked write got an error");
+        // A waiting writer that leads its own batch sees the panic itself.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.write(panicking)));
+        assert!(caught.is_err());
+        assert_eq!(db.write(insert(7)).unwrap(), 7);
+        db.submit(insert(8), move |r| tx.send(r.is_ok()).unwrap());
+        assert!(rx.recv().unwrap());
+        assert_eq!(count(&db), 2);
     }
 }

@@ -37,7 +37,9 @@ pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use list::page_of_sorted;
 pub use model::*;
 pub use multipart::MIN_PART_SIZE;
-pub use store::{ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE};
+pub use store::{
+    ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE, SMALL_BODY_MAX,
+};
 
 /// Lowercase hex of bytes.
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -17,6 +17,9 @@ use crate::validate;
 
 /// Name of the lock file that marks a directory's owner.
 pub const LOCK_FILE: &str = "stow.lock";
+/// Largest body kept inline in the database: [`Store::put_object_detached`]
+/// never touches the disk on its caller's thread for a body this size.
+pub const SMALL_BODY_MAX: usize = crate::blobs::INLINE_MAX;
 const OWNER_FILE: &str = ".stow-owner";
 const DB_FILE: &str = "meta.db";
 
@@ -326,13 +329,65 @@ impl Store {
             self.head_bucket(bucket)?;
         }
         let condition = std::mem::take(&mut opts.condition);
+        let received = self.receive(&mut io::Cursor::new(head).chain(body), opts)?;
+        let (staged, job) = self.put_job(bucket, key, received, condition);
+        let meta = self.inner.db.write(job)?;
+        staged.keep();
+        Ok(meta)
+    }
+
+    /// [`Store::put_object`] for a body already in memory, without waiting
+    /// for the commit: `done` gets the result, on the store's commit thread,
+    /// once the object is durable or refused. A body of at most
+    /// [`SMALL_BODY_MAX`] bytes is never written to disk on the calling
+    /// thread, so an async runtime's worker may call this; a larger one is
+    /// staged here first. `done` must not block.
+    pub fn put_object_detached(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+        mut opts: PutOptions,
+        done: impl FnOnce(Result<ObjectMeta>) + Send + 'static,
+    ) {
+        let prepared = validate::bucket_name(bucket)
+            .and_then(|()| validate::object_key(key))
+            .and_then(|()| {
+                let condition = std::mem::take(&mut opts.condition);
+                let received = self.receive(&mut io::Cursor::new(body), opts)?;
+                Ok(self.put_job(bucket, key, received, condition))
+            });
+        match prepared {
+            Ok((staged, job)) => self.inner.db.submit(job, move |result| {
+                if result.is_ok() {
+                    staged.keep();
+                }
+                done(result)
+            }),
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// The write job that commits a received body as `bucket/key` (checking
+    /// `condition` and the quotas in the transaction), and the staged bytes
+    /// to keep once it committed.
+    fn put_job(
+        &self,
+        bucket: &str,
+        key: &str,
+        received: ReceivedBody,
+        condition: WriteCondition,
+    ) -> (
+        Staged,
+        impl FnOnce(&Connection, &mut crate::db::Effects) -> Result<ObjectMeta> + Send + 'static,
+    ) {
         let ReceivedBody {
             size,
             etag,
             checksum,
             props,
             staged,
-        } = self.receive(&mut io::Cursor::new(head).chain(body), opts)?;
+        } = received;
         let rec = Record {
             size,
             etag,
@@ -351,7 +406,7 @@ impl Store {
         let inline = staged.inline.clone();
         let (bucket_s, key_s) = (bucket.to_string(), key.to_string());
         let quota = self.inner.quota();
-        let meta = self.inner.db.write(move |conn, fx| {
+        let job = move |conn: &Connection, fx: &mut crate::db::Effects| {
             let b = record::bucket_id(conn, &bucket_s)?;
             let old = record::load_record(conn, b, &key_s)?;
             check_write_condition(&condition, old.as_ref(), &bucket_s, &key_s)?;
@@ -371,9 +426,8 @@ impl Store {
                 record::release(conn, fx, &old.extents)?;
             }
             Ok(rec.meta(&bucket_s, &key_s))
-        })?;
-        staged.keep();
-        Ok(meta)
+        };
+        (staged, job)
     }
 
     /// Receives and verifies a body exactly as [`Store::put_object`] would

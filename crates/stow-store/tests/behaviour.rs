@@ -72,6 +72,7 @@ behaviour!(
     multipart_checksums,
     quotas,
     outside_usage_counts_against_quotas,
+    detached_puts,
     read_conditions,
 );
 
@@ -1461,6 +1462,82 @@ fn multipart_checksums(make: Make) {
             }
         }
     }
+}
+
+fn put_detached(s: &Store, b: &str, k: &str, body: &[u8], opts: PutOptions) -> Result<ObjectMeta> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.put_object_detached(b, k, body.to_vec(), opts, move |r| tx.send(r).unwrap());
+    rx.recv().unwrap()
+}
+
+/// A detached put stores exactly what a waiting one does, and is refused
+/// for the same reasons, answered through its callback.
+fn detached_puts(make: Make) {
+    let f = make(StoreOptions {
+        max_objects: Some(2),
+        ..Default::default()
+    });
+    let s = &f.store;
+    s.create_bucket("bk1").unwrap();
+    let opts = || PutOptions {
+        checksum_algorithm: Some(ChecksumAlgorithm::Crc32c),
+        ..Default::default()
+    };
+    let a = put_detached(s, "bk1", "a", b"detached", opts()).unwrap();
+    let b = s
+        .put_object("bk1", "b", &mut Cursor::new(b"detached"), opts())
+        .unwrap();
+    assert_eq!((a.etag.as_str(), a.size), (b.etag.as_str(), b.size));
+    assert_eq!(a.checksum, b.checksum);
+    assert_eq!(s.head_object("bk1", "a").unwrap().etag, a.etag);
+    assert_eq!(
+        s.get_object("bk1", "a", None)
+            .unwrap()
+            .body
+            .into_vec()
+            .unwrap(),
+        b"detached"
+    );
+    let refused = |r: Result<ObjectMeta>| r.unwrap_err().code();
+    let create_only = PutOptions {
+        condition: WriteCondition::IfAbsent,
+        ..Default::default()
+    };
+    assert_eq!(
+        refused(put_detached(s, "bk1", "a", b"x", create_only)),
+        "precondition_failed"
+    );
+    assert_eq!(
+        refused(put_detached(s, "bk1", "", b"x", opts())),
+        s.put_object("bk1", "", &mut Cursor::new(b"x"), opts())
+            .unwrap_err()
+            .code()
+    );
+    assert_eq!(
+        refused(put_detached(s, "nope", "k", b"x", opts())),
+        "no_such_bucket"
+    );
+    assert_eq!(
+        refused(put_detached(s, "bk1", "c", b"x", opts())),
+        "quota_exceeded"
+    );
+    let bad_md5 = PutOptions {
+        content_md5: Some("AAAAAAAAAAAAAAAAAAAAAA==".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        refused(put_detached(s, "bk1", "a", b"x", bad_md5)),
+        "bad_digest"
+    );
+    assert_eq!(
+        s.get_object("bk1", "a", None)
+            .unwrap()
+            .body
+            .into_vec()
+            .unwrap(),
+        b"detached",
+        "refusals changed nothing"
+    );
 }
 
 /// Usage held outside the store (a view's files) shares the quotas with
