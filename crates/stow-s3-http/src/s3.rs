@@ -33,6 +33,22 @@ impl StowS3 {
         }
     }
 
+    /// Runs a point read (a few database pages: one object's or bucket's
+    /// record, an inline body). On a plain store it runs right here, on the
+    /// runtime: handing it to another thread and back costs more than the
+    /// read. Other backends may hash files in a read, so they go through
+    /// [`reading`].
+    async fn point_read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn ObjectBackend) -> Result<T, StoreError> + Send + 'static,
+    ) -> S3Result<T> {
+        if let Some(store) = self.store.as_store() {
+            return f(store).map_err(to_s3);
+        }
+        let backend = self.store.clone();
+        reading(move || f(backend.as_ref())).await
+    }
+
     fn writable(&self) -> S3Result<()> {
         if self.read_only {
             return Err(s3_error!(
@@ -495,8 +511,9 @@ impl S3 for StowS3 {
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
-        let store = self.store.clone();
-        reading(move || store.head_bucket(&req.input.bucket)).await?;
+        let bucket = req.input.bucket;
+        self.point_read(move |store| store.head_bucket(&bucket))
+            .await?;
         Ok(S3Response::new(HeadBucketOutput {
             bucket_region: Some(self.region.clone()),
             ..Default::default()
@@ -507,8 +524,9 @@ impl S3 for StowS3 {
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        let store = self.store.clone();
-        reading(move || store.head_bucket(&req.input.bucket)).await?;
+        let bucket = req.input.bucket;
+        self.point_read(move |store| store.head_bucket(&bucket))
+            .await?;
         let location = (self.region != "us-east-1")
             .then(|| BucketLocationConstraint::from(self.region.clone()));
         Ok(S3Response::new(GetBucketLocationOutput {
@@ -625,24 +643,49 @@ impl S3 for StowS3 {
                 "Cannot specify both Range header and partNumber query parameter"
             ));
         }
-        let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let outcome = off_runtime(move || {
-            let read = match part {
-                Some(n) => store.get_object_part(&bucket, &key, n),
-                None => store.get_object(&bucket, &key, range),
-            };
+        let open = move |store: &dyn ObjectBackend| match part {
+            Some(n) => store.get_object_part(&bucket, &key, n),
+            None => store.get_object(&bucket, &key, range),
+        };
+        let checked = move |read: Result<store::ObjectRead, StoreError>| {
             let read = match read {
                 Err(StoreError::InvalidRange { size }) => return Err(invalid_range(size)),
                 r => r.map_err(to_s3)?,
             };
             read_condition(conditions.check(&read.meta))?;
-            let len = read.body.len();
-            let body = response_body(read.body).map_err(S3Error::internal_error)?;
-            Ok((read.meta, read.range, len, body))
-        })
-        .await??;
-        let (meta, range, len, body) = outcome;
+            Ok(read)
+        };
+        let read = match self.store.as_store() {
+            // On a plain store the lookup is a point read, and a body kept
+            // inline is in memory: only a body in files needs a thread.
+            Some(store) => {
+                let read = checked(open(store))?;
+                let len = read.body.len();
+                if read.body.in_memory() {
+                    let body = response_body(read.body).map_err(S3Error::internal_error)?;
+                    (read.meta, read.range, len, body)
+                } else {
+                    off_runtime(move || {
+                        let body = response_body(read.body)?;
+                        Ok::<_, std::io::Error>((read.meta, read.range, len, body))
+                    })
+                    .await?
+                    .map_err(S3Error::internal_error)?
+                }
+            }
+            None => {
+                let backend = self.store.clone();
+                off_runtime(move || {
+                    let read = checked(open(backend.as_ref()))?;
+                    let len = read.body.len();
+                    let body = response_body(read.body).map_err(S3Error::internal_error)?;
+                    Ok::<_, S3Error>((read.meta, read.range, len, body))
+                })
+                .await??
+            }
+        };
+        let (meta, range, len, body) = read;
         let c = if checksum_enabled(&input.checksum_mode) && range.is_none() {
             ChecksumFields::of(meta.checksum.as_ref())
         } else {
@@ -682,9 +725,10 @@ impl S3 for StowS3 {
             input.if_modified_since,
             input.if_unmodified_since,
         );
-        let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let meta = reading(move || store.head_object(&bucket, &key)).await?;
+        let meta = self
+            .point_read(move |store| store.head_object(&bucket, &key))
+            .await?;
         read_condition(conditions.check(&meta))?;
         let (length, content_range, parts_count) = match input.part_number {
             Some(n) if n >= 1 && (n as usize) <= meta.parts.len().max(1) => {
@@ -1330,9 +1374,10 @@ impl S3 for StowS3 {
             })
             .collect();
         let want = |name: &str| wanted.iter().any(|w| w == name);
-        let store = self.store.clone();
         let (bucket, key) = (input.bucket, input.key);
-        let meta = reading(move || store.head_object(&bucket, &key)).await?;
+        let meta = self
+            .point_read(move |store| store.head_object(&bucket, &key))
+            .await?;
         let c = ChecksumFields::of(meta.checksum.as_ref());
         let checksum = (want("checksum") && meta.checksum.is_some()).then_some(Checksum {
             checksum_crc32: c.crc32,

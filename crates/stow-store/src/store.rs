@@ -882,6 +882,12 @@ impl ObjectBody {
         self.len == 0
     }
 
+    /// Whether the bytes are already in memory (bodies stored inline), so
+    /// reading them never waits on the disk.
+    pub fn in_memory(&self) -> bool {
+        self.pieces.iter().all(|p| matches!(p, Piece::Inline(_)))
+    }
+
     /// Reads the whole body into memory (for small objects and tests).
     pub fn into_vec(mut self) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.len as usize);

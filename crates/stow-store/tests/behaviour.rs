@@ -1538,6 +1538,12 @@ fn detached_puts(make: Make) {
         b"detached",
         "refusals changed nothing"
     );
+    // An inline body is read from memory; a larger one from its blob.
+    assert!(s.get_object("bk1", "a", None).unwrap().body.in_memory());
+    s.delete_object("bk1", "b").unwrap();
+    put(s, "bk1", "big", &body(SMALL_BODY_MAX + 1, 3));
+    let big = s.get_object("bk1", "big", None).unwrap();
+    assert!(!big.body.in_memory());
 }
 
 /// Usage held outside the store (a view's files) shares the quotas with
