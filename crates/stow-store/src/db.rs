@@ -3,13 +3,14 @@
 //! All metadata (buckets, object records, blob reference counts, multipart
 //! state, receipts, usage) lives in one SQLite database in WAL mode with
 //! `synchronous=FULL`, so a commit is durable when it returns. Writers do not
-//! commit one by one: each write is queued as a job; when no batch is
-//! running, the writer that finds the queue first becomes the leader and
-//! runs every queued job in one transaction (each in its own savepoint, so
-//! one job's refusal does not undo another's work), paying for one fsync on
-//! behalf of all of them (group commit). Writers that arrive meanwhile queue
-//! up and form the next batch, which the store's commit thread runs: a
-//! leader never waits for more than its own batch.
+//! commit one by one: each write is queued as a job, and a batch runs every
+//! queued job in one transaction (each in its own savepoint, so one job's
+//! refusal does not undo another's work), paying for one fsync on behalf of
+//! all of them (group commit). A waiting writer that finds no batch running
+//! runs one itself (no handoff when writes are rare); jobs that queue up
+//! meanwhile form the next batch, which the store's commit thread runs, and
+//! it keeps running batches while writes keep coming. A writer never runs
+//! more than its own batch.
 //!
 //! Each waiting writer sleeps on its own thread's park token and is woken
 //! once, when its result is ready. [`Db::submit`] queues a job without
@@ -80,7 +81,6 @@ struct Writer {
     unlinked: Vec<BlobId>,
 }
 
-/// Queued writes and whether a leader is running a batch.
 /// Queued writes and who leads them.
 #[derive(Default)]
 struct Queue {

@@ -1035,6 +1035,10 @@ pub struct LoadArgs {
     /// until the time is up.
     #[arg(long)]
     pub get: bool,
+    /// With `--get`: first write this many objects, then read keys picked
+    /// at random among them (0: each connection reads its own one object).
+    #[arg(long, default_value_t = 0)]
+    pub keys: usize,
 }
 
 /// Drives PUTs (or GETs) at a server someone else started, for profiling it (e.g.
@@ -1056,18 +1060,40 @@ pub fn load(args: &LoadArgs) -> Result<()> {
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    let shared_key = |i: usize| format!("/{}/{stamp}/shared/{i}", args.bucket);
+    if args.get && args.keys > 0 {
+        run_threads(args.conns, |t| {
+            let mut conn = Conn::new(args.addr, &c)?;
+            for i in (t..args.keys).step_by(args.conns) {
+                ok(
+                    "PUT object",
+                    conn.request("PUT", &shared_key(i), "", &body, false)?,
+                )?;
+            }
+            Ok(Work::default())
+        })?;
+    }
+    let start = if args.keys > 0 { Instant::now() } else { start };
     let run = run_threads(args.conns, |t| {
         let mut conn = Conn::new(args.addr, &c)?;
         let mut w = Work::default();
         let read_back = format!("/{}/{stamp}/{t}/read", args.bucket);
-        if args.get {
+        if args.get && args.keys == 0 {
             ok(
                 "PUT object",
                 conn.request("PUT", &read_back, "", &body, false)?,
             )?;
         }
+        // A cheap seeded generator: the same keys every run.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
         while start.elapsed() < cap {
-            if args.get {
+            if args.get && args.keys > 0 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let key = shared_key((seed % args.keys as u64) as usize);
+                ok("GET object", conn.request("GET", &key, "", b"", false)?)?;
+            } else if args.get {
                 ok(
                     "GET object",
                     conn.request("GET", &read_back, "", b"", false)?,
