@@ -54,6 +54,15 @@ def test_readiness_names_the_workspace(served):
     assert server.ready["bucket"] == p["bucket"]
     assert server.ready["root"] == p["root"]
     assert server.ready["endpoint"].startswith("http://127.0.0.1:")
+    # The rest of the prepare-shaped description, and the server's limits.
+    assert server.ready["working_directory"] == p["working_directory"]
+    assert server.ready["capabilities"] == p["capabilities"]
+    assert server.ready["authority"] == p["authority"]
+    assert server.ready["base_identity"]
+    assert (server.ready["max_bytes"], server.ready["max_objects"]) == (
+        p["capabilities"]["max_bytes"], p["capabilities"]["max_objects"])
+    assert server.ready["max_multipart_uploads"] == 1024
+    assert server.ready["max_concurrent_requests"] == 16
 
 
 def test_files_are_objects_and_objects_are_files(served):

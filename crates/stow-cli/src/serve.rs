@@ -169,28 +169,38 @@ pub fn run_workspace(
         args.max_bytes,
         args.max_objects,
     )?;
-    let record = served.record;
     let quota = served.quota;
+    let max_uploads = served.view.store().options().max_uploads;
+    let description = serde_json::to_value(&served.description).map_err(|e| {
+        refuse(
+            "internal",
+            format!("cannot encode the readiness record: {e}"),
+        )
+    })?;
     let config = listen.config(Arc::new(served.view));
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
     run_server(
         config,
         SocketAddr::new(listen.host, args.port),
         |endpoint| {
-            let ready = serde_json::json!({
-                "version": 1,
-                "workspace_id": record.id,
-                "root": record.dir,
-                "bucket": record.bucket,
-                "endpoint": endpoint,
-                "region": listen.region,
-                "access_key_id": access_key,
-                "secret_access_key": secret_key,
-                "max_bytes": quota.max_bytes,
-                "max_objects": quota.max_objects,
-                "max_request_bytes": listen.max_request_bytes,
-                "max_concurrent_requests": listen.max_concurrent_requests,
-            });
+            // The workspace as `resume` describes it, and the server.
+            let mut ready = description;
+            if let serde_json::Value::Object(fields) = &mut ready {
+                let server = serde_json::json!({
+                    "endpoint": endpoint,
+                    "region": listen.region,
+                    "access_key_id": access_key,
+                    "secret_access_key": secret_key,
+                    "max_bytes": quota.max_bytes,
+                    "max_objects": quota.max_objects,
+                    "max_request_bytes": listen.max_request_bytes,
+                    "max_concurrent_requests": listen.max_concurrent_requests,
+                    "max_multipart_uploads": max_uploads,
+                });
+                if let serde_json::Value::Object(server) = server {
+                    fields.extend(server);
+                }
+            }
             listen.announce(&ready.to_string())
         },
     )?;

@@ -195,6 +195,9 @@ pub struct StoreOptions {
     pub max_receipts: u64,
     pub max_receipt_bytes: u64,
     pub max_receipt_entry_bytes: u64,
+    /// Multipart uploads in flight at once (created, not yet completed or
+    /// aborted); one more is refused with `quota_exceeded`.
+    pub max_uploads: u64,
     /// SQLite page cache per database connection. Small caches cost little:
     /// the operating system caches the file too.
     pub db_cache_bytes: u64,
@@ -208,6 +211,7 @@ impl Default for StoreOptions {
             max_receipts: 1024,
             max_receipt_bytes: 8 << 20,
             max_receipt_entry_bytes: 64 << 10,
+            max_uploads: 1024,
             db_cache_bytes: 8 << 20,
         }
     }

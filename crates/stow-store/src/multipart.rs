@@ -99,8 +99,19 @@ impl Store {
         let encoded = serde_json::to_string(&props)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode upload: {e}")))?;
         let (bucket, key) = (bucket.to_string(), key.to_string());
+        let max_uploads = self.inner.opts.max_uploads;
         self.inner.db.write(move |conn, _| {
             let b = record::bucket_id(conn, &bucket)?;
+            let in_flight: i64 = conn
+                .prepare_cached("SELECT count(*) FROM uploads")?
+                .query_row([], |r| r.get(0))?;
+            if in_flight as u64 >= max_uploads {
+                return Err(StoreError::QuotaExceeded {
+                    reason: format!(
+                        "{in_flight} multipart uploads are in flight, the limit; complete or abort one first"
+                    ),
+                });
+            }
             let info = UploadInfo {
                 upload_id: crate::hex(&rand::random::<[u8; 16]>()),
                 key: key.clone(),

@@ -73,6 +73,7 @@ behaviour!(
     quotas,
     outside_usage_counts_against_quotas,
     detached_puts,
+    upload_cap,
     read_conditions,
 );
 
@@ -1231,6 +1232,57 @@ fn multipart(make: Make) {
         .unwrap();
     s.delete_object("bk1", "big").unwrap();
     assert_eq!(get(s, "bk1", "big2"), all);
+}
+
+/// In-flight multipart uploads are capped; completing or aborting one
+/// makes room.
+fn upload_cap(make: Make) {
+    let f = make(StoreOptions {
+        max_uploads: 3,
+        ..Default::default()
+    });
+    let s = &f.store;
+    s.create_bucket("bk1").unwrap();
+    let ups: Vec<_> = (0..3)
+        .map(|i| {
+            s.create_upload("bk1", &format!("k{i}"), CreateUploadOptions::default())
+                .unwrap()
+        })
+        .collect();
+    let e = s.create_upload("bk1", "k3", CreateUploadOptions::default());
+    assert_eq!(e.unwrap_err().code(), "quota_exceeded");
+    s.abort_upload("bk1", "k0", &ups[0].upload_id).unwrap();
+    let again = s
+        .create_upload("bk1", "k3", CreateUploadOptions::default())
+        .unwrap();
+    s.upload_part(
+        "bk1",
+        "k3",
+        &again.upload_id,
+        1,
+        &mut Cursor::new(b"only part"),
+        PartOptions::default(),
+    )
+    .unwrap();
+    let part = s
+        .list_parts("bk1", "k3", &again.upload_id, 0, 10)
+        .unwrap()
+        .parts[0]
+        .etag
+        .clone();
+    s.complete_upload(
+        "bk1",
+        "k3",
+        &again.upload_id,
+        &[CompletedPart {
+            part_number: 1,
+            etag: part,
+        }],
+        WriteCondition::Always,
+    )
+    .unwrap();
+    s.create_upload("bk1", "k4", CreateUploadOptions::default())
+        .unwrap();
 }
 
 fn multipart_refusals(make: Make) {

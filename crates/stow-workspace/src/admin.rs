@@ -493,6 +493,15 @@ pub fn resume(
             ident.workspace_id
         )));
     }
+    let wd = checked_working_directory(&rec)?;
+    rec.last_used = now_rfc3339();
+    registry.put(&rec)?;
+    describe(registry, &rec, wd, checkpoint_id, report_team)
+}
+
+/// The working directory of a claimed workspace, refused when it is
+/// missing or outside the root.
+pub(crate) fn checked_working_directory(rec: &Record) -> Result<PathBuf> {
     let root_c = fs::canonicalize(&rec.dir).map_err(|e| WsError::io_at("resolve", &rec.dir, e))?;
     let wd = rec
         .working_directory
@@ -507,15 +516,25 @@ pub fn resume(
             wd.display()
         )));
     }
-    rec.last_used = now_rfc3339();
-    registry.put(&rec)?;
+    Ok(wd)
+}
+
+/// The prepare-shaped description of a registered workspace (what
+/// `resume` answers and `workspace serve` announces).
+pub(crate) fn describe(
+    registry: &Registry,
+    rec: &Record,
+    working_directory: PathBuf,
+    checkpoint_id: Option<&str>,
+    report_team: bool,
+) -> Result<WorkspaceResult> {
     let bound = min_bound(0, registry.policy()?.max_workspaces);
     let count = registry.count()?;
     Ok(WorkspaceResult {
         version: 1,
         workspace_id: rec.id.clone(),
         root: rec.dir.clone(),
-        working_directory: wd,
+        working_directory,
         bucket: rec.bucket.clone(),
         registry_dir: Some(registry.dir().to_path_buf()),
         team: if report_team {
@@ -528,7 +547,7 @@ pub fn resume(
         base_identity: crate::tree::base_identity(&rec.dir)?,
         repositories: Vec::new(),
         checkpoint_id: checkpoint_id.map(str::to_string),
-        capabilities: capabilities(&rec, RegistryBound::new(bound, count)),
+        capabilities: capabilities(rec, RegistryBound::new(bound, count)),
         authority: authority_names(rec.authority_mask),
     })
 }

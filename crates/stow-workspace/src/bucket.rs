@@ -114,6 +114,8 @@ pub struct ServedWorkspace {
     pub view: WorkspaceBucket,
     /// The quotas the view enforces.
     pub quota: ViewQuota,
+    /// The workspace described as `prepare` and `resume` describe it.
+    pub description: crate::prepare::WorkspaceResult,
 }
 
 /// Claims workspace `id` of `registry` (refused with `in_use` while another
@@ -142,12 +144,15 @@ pub fn serve_workspace(
             ident.workspace_id
         )));
     }
+    let wd = crate::admin::checked_working_directory(&record)?;
+    let description = crate::admin::describe(registry, &record, wd, None, true)?;
     let mut view = WorkspaceBucket::open_with_quota(&record.dir, &record.bucket, Some(quota))?;
     view._session = Some(session);
     Ok(ServedWorkspace {
         record,
         view,
         quota,
+        description,
     })
 }
 
