@@ -591,9 +591,10 @@ mod tests {
         let tx2 = tx.clone();
         db.submit(panicking, move |r| tx2.send(r.is_err()).unwrap());
         assert!(rx.recv().unwrap(), "the panicked write got an error");
-        // A waiting writer that leads its own batch sees the panic itself.
+        // A waiting writer sees the panic itself when it led its own batch,
+        // or an error when the commit thread ran it (it may still be leading).
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.write(panicking)));
-        assert!(caught.is_err());
+        assert!(caught.map_or(true, |r| r.is_err()));
         assert_eq!(db.write(insert(7)).unwrap(), 7);
         db.submit(insert(8), move |r| tx.send(r.is_ok()).unwrap());
         assert!(rx.recv().unwrap());
