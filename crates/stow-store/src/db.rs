@@ -316,6 +316,12 @@ impl Drop for Db {
                 tracing::error!("the commit thread panicked");
             }
         }
+        // Read connections close first: SQLite checkpoints the WAL into the
+        // database and removes it when the last connection closes, which
+        // only the read-write writer connection can do.
+        if let Some(pool) = &self.readers {
+            lock(pool).clear();
+        }
     }
 }
 
@@ -573,6 +579,21 @@ mod tests {
         assert_eq!(rx.iter().filter(|ok| *ok).count(), 200);
         let db = self::db_reopen(tmp.path());
         assert_eq!(count(&db), 200);
+    }
+
+    /// A clean close folds the WAL into the database and removes it, also
+    /// when read connections were open: the directory is then one file to
+    /// copy.
+    #[test]
+    fn closing_removes_the_wal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = db(tmp.path());
+        db.write(insert(1)).unwrap();
+        assert_eq!(count(&db), 1);
+        assert!(tmp.path().join("t.db-wal").exists());
+        drop(db);
+        assert!(!tmp.path().join("t.db-wal").exists(), "WAL left behind");
+        assert_eq!(count(&db_reopen(tmp.path())), 1);
     }
 
     fn db_reopen(dir: &Path) -> Db {
