@@ -264,6 +264,19 @@ def test_workspace_is_claimed_while_served_and_released_after(stow_bin, workdir)
          str(workdir / "reg"), "--portable"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout)["files"] == 2
+    # ... and a restore serves the file with the properties it was written with.
+    restored = subprocess.run(
+        [stow_bin, "workspace", "restore", "--checkpoint-id", json.loads(cp.stdout)["checkpoint_id"],
+         "--root", str(workdir / "restored"), "--registry-dir", str(workdir / "reg")],
+        capture_output=True, text=True, timeout=60)
+    assert restored.returncode == 0, restored.stderr
+    twin = WorkspaceServer(stow_bin, json.loads(restored.stdout)["workspace_id"], workdir / "reg")
+    try:
+        head = twin.client().head_object(Bucket=twin.bucket, Key="kept.txt")
+        assert head["ContentType"] == "text/plain"
+        assert head["ETag"] == md5_etag(b"kept")
+    finally:
+        assert twin.stop() == 0
 
 
 def test_workspace_quotas_hold_for_files_and_objects(stow_bin, workdir):

@@ -853,6 +853,52 @@ impl WorkspaceBucket {
         Ok(out)
     }
 
+    /// The properties recorded for files written through S3 that still
+    /// hold (the file is unchanged since), by key.
+    pub fn file_properties(&self) -> Result<Vec<(String, ObjectProps)>> {
+        let rows: Vec<(String, String, String)> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT key, stamp, props FROM file_props ORDER BY key")
+                .map_err(|e| store_err(e.into()))?;
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(|e| store_err(e.into()))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| store_err(e.into()))?
+        };
+        let mut out = Vec::new();
+        for (key, stamp, props) in rows {
+            let Some((_, m)) = self.regular_file(&key).map_err(store_err)? else {
+                continue;
+            };
+            if Stamp::of(&m).encode() != stamp {
+                continue;
+            }
+            if let Ok(p) = serde_json::from_str::<FileProps>(&props) {
+                out.push((key, p.props));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records `props` for a restored file: they hold until the file
+    /// changes, and its ETag is its MD5.
+    pub fn restore_file_properties(&self, key: &str, props: ObjectProps) -> Result<()> {
+        let _w = self.lock_writes();
+        let Some((mut f, m)) = self.open_file(key).map_err(store_err)? else {
+            return Err(WsError::NotFound(format!("restored file {key}")));
+        };
+        let etag = quoted_md5(&mut f).map_err(|e| store_err(e.into()))?;
+        let saved = FileProps {
+            etag,
+            props,
+            ..FileProps::default()
+        };
+        self.save_props(key, Stamp::of(&m), &saved)
+            .map_err(store_err)
+    }
+
     /// Objects of a bucket held in the private store only.
     pub fn private_objects(&self, bucket: &str) -> Result<Vec<ViewObject>> {
         Ok(self

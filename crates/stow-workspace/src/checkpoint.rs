@@ -47,13 +47,27 @@ use crate::tree::excluded;
 use crate::watch::{TreeWatch, Verdict};
 
 /// One captured file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct FileEntry {
     pub path: String,
     pub size: u64,
     pub mode: u32,
     pub sha256: String,
+    /// v2: the content type the file was last written with through S3
+    /// (while the file is unchanged since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// v2: the user metadata the file was last written with through S3.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// S3 properties a portable capture keeps for a file (as for an object).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileProps {
+    pub content_type: Option<String>,
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// A manifest as written by a capture: the same JSON as
@@ -77,10 +91,12 @@ pub(crate) struct ManifestView<'a> {
     objects: &'a [ObjectEntry],
 }
 
-/// The `files` of a [`ManifestView`]: scanned files with their digests.
+/// The `files` of a [`ManifestView`]: scanned files with their digests
+/// and, in a portable capture, their S3 properties.
 struct FilesView<'a> {
     scanned: &'a [Scanned],
     produced: &'a [Produced],
+    props: Option<&'a HashMap<String, FileProps>>,
 }
 
 impl Serialize for FilesView<'_> {
@@ -91,12 +107,21 @@ impl Serialize for FilesView<'_> {
             size: u64,
             mode: u32,
             sha256: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            content_type: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            metadata: Option<&'a BTreeMap<String, String>>,
         }
-        s.collect_seq(self.scanned.iter().zip(self.produced).map(|(f, p)| Entry {
-            path: &f.path,
-            size: f.size,
-            mode: f.mode,
-            sha256: &p.sha256,
+        s.collect_seq(self.scanned.iter().zip(self.produced).map(|(f, p)| {
+            let props = self.props.and_then(|m| m.get(&f.path));
+            Entry {
+                path: &f.path,
+                size: f.size,
+                mode: f.mode,
+                sha256: &p.sha256,
+                content_type: props.and_then(|p| p.content_type.as_deref()),
+                metadata: props.map(|p| &p.metadata).filter(|m| !m.is_empty()),
+            }
         }))
     }
 }
@@ -813,6 +838,7 @@ pub(crate) fn capture_locked(
         files: FilesView {
             scanned: &before.files,
             produced: &produced,
+            props: objects_before.as_ref().map(|o| &o.file_props),
         },
         excluded: &excluded_paths,
         primary_bucket: objects_before.as_ref().map(|_| rec.bucket.as_str()),
@@ -1826,6 +1852,7 @@ pub(crate) fn object_as_file(o: &ObjectEntry) -> FileEntry {
         size: o.size,
         mode: 0o600,
         sha256: o.sha256.clone(),
+        ..FileEntry::default()
     }
 }
 
@@ -1851,6 +1878,8 @@ struct ObjectSnapshot {
     buckets: Vec<String>,
     objects: Vec<SnapObject>,
     excluded: Vec<String>,
+    /// S3 properties recorded for files of the primary bucket, by path.
+    file_props: HashMap<String, FileProps>,
 }
 
 type ObjectIdentity = (String, String, u64, String);
@@ -1879,11 +1908,24 @@ fn snapshot_objects(root: &Path, primary: &str, include_sensitive: bool) -> Resu
         buckets: vec![primary.to_string()],
         objects: Vec::new(),
         excluded: Vec::new(),
+        file_props: HashMap::new(),
     };
     if !dir.exists() {
         return Ok(snap);
     }
     let view = crate::bucket::WorkspaceBucket::open(root, primary)?;
+    snap.file_props = view
+        .file_properties()?
+        .into_iter()
+        .map(|(path, p)| {
+            let props = FileProps {
+                content_type: p.content_type,
+                metadata: p.metadata,
+            };
+            (path, props)
+        })
+        .filter(|(_, p)| *p != FileProps::default())
+        .collect();
     snap.buckets = view.bucket_names()?;
     if !snap.buckets.iter().any(|b| b == primary) {
         snap.buckets.push(primary.to_string());
@@ -2048,6 +2090,24 @@ mod tests {
         };
         let excluded = vec![".env".to_string()];
         let buckets = vec!["main".to_string(), "other".to_string()];
+        // A portable capture keeps S3 properties of files (here: both kinds
+        // on one file, a content type alone on the other).
+        let file_props = HashMap::from([
+            (
+                "a.txt".to_string(),
+                FileProps {
+                    content_type: Some("text/csv".into()),
+                    metadata: BTreeMap::from([("k".into(), "v \"q\"".into())]),
+                },
+            ),
+            (
+                "d/b \"q\".bin".to_string(),
+                FileProps {
+                    content_type: Some("application/x-b".into()),
+                    metadata: BTreeMap::new(),
+                },
+            ),
+        ]);
         for (parent, portable) in [(None, false), (Some("cp_parent"), true)] {
             let objects = if portable {
                 vec![object.clone()]
@@ -2063,6 +2123,7 @@ mod tests {
                 files: FilesView {
                     scanned: &files,
                     produced: &produced,
+                    props: portable.then_some(&file_props),
                 },
                 excluded: &excluded,
                 primary_bucket: portable.then_some("main"),
@@ -2078,11 +2139,20 @@ mod tests {
                 files: files
                     .iter()
                     .zip(&produced)
-                    .map(|(f, p)| FileEntry {
-                        path: f.path.clone(),
-                        size: f.size,
-                        mode: f.mode,
-                        sha256: p.sha256.clone(),
+                    .map(|(f, p)| {
+                        let props = file_props
+                            .get(&f.path)
+                            .filter(|_| portable)
+                            .cloned()
+                            .unwrap_or_default();
+                        FileEntry {
+                            path: f.path.clone(),
+                            size: f.size,
+                            mode: f.mode,
+                            sha256: p.sha256.clone(),
+                            content_type: props.content_type,
+                            metadata: props.metadata,
+                        }
                     })
                     .collect(),
                 excluded: excluded.clone(),

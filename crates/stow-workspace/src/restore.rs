@@ -111,6 +111,16 @@ pub fn restore(
             for b in &m.buckets {
                 view.ensure_bucket(b)?;
             }
+            for f in &m.files {
+                if f.content_type.is_some() || !f.metadata.is_empty() {
+                    let props = ObjectProps {
+                        content_type: f.content_type.clone(),
+                        metadata: f.metadata.clone(),
+                        ..Default::default()
+                    };
+                    view.restore_file_properties(&f.path, props)?;
+                }
+            }
             for o in &m.objects {
                 let body = read_blob(registry, &object_as_file(o))?;
                 let props = ObjectProps {

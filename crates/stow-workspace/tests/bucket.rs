@@ -224,3 +224,72 @@ fn served_view_enforces_the_workspace_quotas() {
     let view = WorkspaceBucket::open(&p.root, &p.bucket).unwrap();
     put(&view, b, "e.txt", &[b'e'; 20_000]).unwrap();
 }
+
+/// A portable checkpoint keeps the S3 properties of files written through
+/// the view while the file is unchanged since, and a restore gives them back.
+#[test]
+fn portable_checkpoints_keep_file_properties() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::create_dir(dir.join("in")).unwrap();
+    fs::write(dir.join("in/seed.txt"), "seed").unwrap();
+    fs::write(
+        dir.join("t.json"),
+        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
+    )
+    .unwrap();
+    let p = prepare(&dir.join("t.json")).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let b = p.bucket.as_str();
+    let typed = |ct: &str, meta: &[(&str, &str)]| ObjectProps {
+        content_type: Some(ct.into()),
+        metadata: meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    {
+        let view = WorkspaceBucket::open(&p.root, b).unwrap();
+        view.put_bytes(
+            b,
+            "out/report.json",
+            b"{}",
+            typed("application/json", &[("team", "a")]),
+        )
+        .unwrap();
+        view.put_bytes(b, "stale.txt", b"x", typed("text/plain", &[]))
+            .unwrap();
+    }
+    // Changed behind the view: its recorded properties no longer hold.
+    fs::write(p.root.join("stale.txt"), "rewritten by the agent").unwrap();
+    let c = checkpoint::capture(&reg, &p.workspace_id, &portable()).unwrap();
+    let m = checkpoint::load_manifest(&reg, &c.checkpoint_id).unwrap();
+    let entry = |path: &str| m.files.iter().find(|f| f.path == path).unwrap().clone();
+    let report = entry("out/report.json");
+    assert_eq!(report.content_type.as_deref(), Some("application/json"));
+    assert_eq!(report.metadata.get("team").map(String::as_str), Some("a"));
+    assert_eq!(entry("stale.txt").content_type, None);
+    assert_eq!(entry("seed.txt").content_type, None);
+
+    let r = restore(
+        &reg,
+        &c.checkpoint_id,
+        &dir.join("restored"),
+        RestoreLimits::default(),
+    )
+    .unwrap();
+    let view = WorkspaceBucket::open(&dir.join("restored"), &r.bucket).unwrap();
+    let head = ObjectBackend::head_object(&view, &r.bucket, "out/report.json").unwrap();
+    assert_eq!(head.props.content_type.as_deref(), Some("application/json"));
+    assert_eq!(
+        head.props.metadata.get("team").map(String::as_str),
+        Some("a")
+    );
+    assert_eq!(
+        head.etag, "\"99914b932bd37a50b983c5e7c90ae93b\"",
+        "the MD5 of {{}}"
+    );
+    let stale = ObjectBackend::head_object(&view, &r.bucket, "stale.txt").unwrap();
+    assert_eq!(stale.props.content_type, None);
+}
