@@ -2,12 +2,30 @@
 
 use std::fs;
 use std::io::Read as _;
+use std::path::Path;
 
 use stow_store::{ObjectBackend, ObjectProps, PutOptions};
 use stow_workspace::bucket::{serve_workspace, ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
 use stow_workspace::checkpoint::{self, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
-use stow_workspace::{prepare, Registry};
+use stow_workspace::{prepare, Registry, WorkspaceResult};
+
+/// Prepares workspace `ws` under `dir` from one file, `seed.txt`, with
+/// `extra` manifest members (`,"name":value…`), registered in `dir/reg`.
+fn seeded_workspace(dir: &Path, seed: &[u8], extra: &str) -> (WorkspaceResult, Registry) {
+    fs::create_dir(dir.join("in")).unwrap();
+    fs::write(dir.join("in/seed.txt"), seed).unwrap();
+    fs::write(
+        dir.join("t.json"),
+        format!(
+            r#"{{"version":1,"root":"ws","registry_dir":"reg"{extra},"inputs":[{{"source":"in","destination":"."}}]}}"#
+        ),
+    )
+    .unwrap();
+    let p = prepare(&dir.join("t.json")).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    (p, reg)
+}
 
 fn portable() -> CaptureOptions<'static> {
     CaptureOptions {
@@ -20,15 +38,7 @@ fn portable() -> CaptureOptions<'static> {
 fn bucket_view_and_portable_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    fs::create_dir(dir.join("in")).unwrap();
-    fs::write(dir.join("in/seed.txt"), "seed").unwrap();
-    fs::write(
-        dir.join("t.json"),
-        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
-    )
-    .unwrap();
-    let p = prepare(&dir.join("t.json")).unwrap();
-    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let (p, reg) = seeded_workspace(dir, b"seed", "");
     let ws = p.workspace_id.as_str();
     {
         let view = WorkspaceBucket::open(&p.root, &p.bucket).unwrap();
@@ -143,16 +153,7 @@ fn put(view: &WorkspaceBucket, bucket: &str, key: &str, body: &[u8]) -> Result<(
 fn served_view_enforces_the_workspace_quotas() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    fs::create_dir(dir.join("in")).unwrap();
-    fs::write(dir.join("in/seed.txt"), vec![b's'; 1000]).unwrap();
-    fs::write(
-        dir.join("t.json"),
-        r#"{"version":1,"root":"ws","registry_dir":"reg","max_bytes":10000,"max_objects":4,
-            "inputs":[{"source":"in","destination":"."}]}"#,
-    )
-    .unwrap();
-    let p = prepare(&dir.join("t.json")).unwrap();
-    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let (p, reg) = seeded_workspace(dir, &[b's'; 1000], r#","max_bytes":10000,"max_objects":4"#);
     let ws = p.workspace_id.as_str();
 
     // A server may narrow the quotas, never widen them; a refusal claims nothing.
@@ -231,15 +232,7 @@ fn served_view_enforces_the_workspace_quotas() {
 fn portable_checkpoints_keep_file_properties() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    fs::create_dir(dir.join("in")).unwrap();
-    fs::write(dir.join("in/seed.txt"), "seed").unwrap();
-    fs::write(
-        dir.join("t.json"),
-        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
-    )
-    .unwrap();
-    let p = prepare(&dir.join("t.json")).unwrap();
-    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let (p, reg) = seeded_workspace(dir, b"seed", "");
     let b = p.bucket.as_str();
     let typed = |ct: &str, meta: &[(&str, &str)]| ObjectProps {
         content_type: Some(ct.into()),
