@@ -395,21 +395,23 @@ impl WorkspaceBucket {
     }
 
     fn uncharge(&self, (bytes, objects): (i64, i64)) {
-        if (bytes, objects) != (0, 0) {
-            if let Err(e) = self.store.adjust_outside(-bytes, -objects) {
-                tracing::warn!("cannot undo a quota charge: {e}");
-            }
-        }
+        self.adjust_files((-bytes, -objects));
     }
 
     /// Counts a file change that needs no admission: a removal, or bytes
     /// admitted elsewhere that only moved into the tree.
     fn note_file(&self, old_size: Option<u64>, new_size: Option<u64>) {
-        if self.counted().is_some() {
-            let (bytes, objects) = file_change(old_size, new_size);
-            if let Err(e) = self.store.adjust_outside(bytes, objects) {
-                tracing::warn!("cannot count a file change into the quota: {e}");
-            }
+        self.adjust_files(file_change(old_size, new_size));
+    }
+
+    /// Changes the counted files' usage without a check (quota-bound views
+    /// only). A failure leaves the count off until the next recount.
+    fn adjust_files(&self, (bytes, objects): (i64, i64)) {
+        if self.counted().is_none() || (bytes, objects) == (0, 0) {
+            return;
+        }
+        if let Err(e) = self.store.adjust_outside(bytes, objects) {
+            tracing::warn!("cannot count a file change into the quota: {e}");
         }
     }
 
@@ -856,17 +858,13 @@ impl WorkspaceBucket {
     /// The properties recorded for files written through S3 that still
     /// hold (the file is unchanged since), by key.
     pub fn file_properties(&self) -> Result<Vec<(String, ObjectProps)>> {
-        let rows: Vec<(String, String, String)> = {
+        let rows = || -> rusqlite::Result<Vec<(String, String, String)>> {
             let db = self.db();
-            let mut st = db
-                .prepare("SELECT key, stamp, props FROM file_props ORDER BY key")
-                .map_err(|e| store_err(e.into()))?;
-            let rows = st
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(|e| store_err(e.into()))?;
-            rows.collect::<rusqlite::Result<_>>()
-                .map_err(|e| store_err(e.into()))?
+            let mut st = db.prepare("SELECT key, stamp, props FROM file_props ORDER BY key")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect()
         };
+        let rows = rows().map_err(|e| store_err(e.into()))?;
         let mut out = Vec::new();
         for (key, stamp, props) in rows {
             let Some((_, m)) = self.regular_file(&key).map_err(store_err)? else {
