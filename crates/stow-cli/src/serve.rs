@@ -163,7 +163,7 @@ pub fn run_workspace(
 ) -> Result<serde_json::Value, CliError> {
     let listen = &args.listen;
     listen.check()?;
-    let served = stow_workspace::bucket::serve_workspace(
+    let served = stow_workspace::open::serve_workspace(
         registry,
         &args.id,
         args.max_bytes,

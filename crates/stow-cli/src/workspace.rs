@@ -8,6 +8,7 @@ use stow_workspace::admin::{self, PolicyUpdate};
 use stow_workspace::checkpoint::{self, CaptureOptions};
 use stow_workspace::keyed::{keyed_capture, KeyedRequest};
 use stow_workspace::restore::{self, RestoreLimits};
+use stow_workspace::{handoff, open};
 use stow_workspace::{Registry, WsError};
 
 use crate::progress::TerminalBar;
@@ -220,13 +221,13 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             registry,
         } => match (id, handoff) {
             (None, Some(doc)) if registry.registry_dir.is_none() && registry.team.is_none() => {
-                json(admin::resume_handoff(&doc)?)
+                json(handoff::resume_handoff(&doc)?)
             }
             (_, Some(_)) => Err(CliError {
                 code: "invalid_request".into(),
                 message: "use --handoff or --id/--registry-dir/--team, not both".into(),
             }),
-            (Some(id), None) => json(admin::resume(&registry.open()?, &id, None, true)?),
+            (Some(id), None) => json(open::resume(&registry.open()?, &id, None, true)?),
             (None, None) => Err(CliError {
                 code: "invalid_request".into(),
                 message: "resume needs --id or --handoff".into(),
@@ -242,7 +243,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             output,
             registry,
         } => {
-            let doc = admin::handoff(
+            let doc = handoff::handoff(
                 &registry.open()?,
                 &id,
                 checkpoint_id.as_deref(),

@@ -43,8 +43,7 @@ use stow_store::{
 use crate::error::{Result, WsError};
 use crate::fsutil::FileLock;
 use crate::paths::check_checkpoint_path;
-use crate::prepare::{claim_session, read_identity};
-use crate::registry::{Record, Registry};
+use crate::registry::Record;
 
 type StoreResult<T> = std::result::Result<T, StoreError>;
 
@@ -104,56 +103,6 @@ impl ViewQuota {
             max_objects: narrow(max_objects, record.max_objects, "max_objects")?,
         })
     }
-}
-
-/// A registered workspace claimed for serving its bucket view.
-pub struct ServedWorkspace {
-    /// The workspace's registry record.
-    pub record: Record,
-    /// The view, holding the workspace's session for its lifetime.
-    pub view: WorkspaceBucket,
-    /// The quotas the view enforces.
-    pub quota: ViewQuota,
-    /// The workspace described as `prepare` and `resume` describe it.
-    pub description: crate::prepare::WorkspaceResult,
-}
-
-/// Claims workspace `id` of `registry` (refused with `in_use` while another
-/// session holds it) and opens its bucket view; the claim lasts as long as
-/// the view.
-///
-/// `max_bytes`/`max_objects` narrow the workspace's quotas (0 keeps them);
-/// a value above them is refused before anything is claimed.
-pub fn serve_workspace(
-    registry: &Registry,
-    id: &str,
-    max_bytes: u64,
-    max_objects: u64,
-) -> Result<ServedWorkspace> {
-    let record = {
-        let _lock = registry.lock()?;
-        registry.get(id)?
-    };
-    let quota = ViewQuota::narrowed(&record, max_bytes, max_objects)?;
-    let session = claim_session(&record.dir, id)?;
-    let ident = read_identity(&record.dir)?;
-    if ident.workspace_id != record.id {
-        return Err(WsError::Refused(format!(
-            "{} belongs to workspace {}",
-            record.dir.display(),
-            ident.workspace_id
-        )));
-    }
-    let wd = crate::admin::checked_working_directory(&record)?;
-    let description = crate::admin::describe(registry, &record, wd, None, true)?;
-    let mut view = WorkspaceBucket::open_with_quota(&record.dir, &record.bucket, Some(quota))?;
-    view._session = Some(session);
-    Ok(ServedWorkspace {
-        record,
-        view,
-        quota,
-        description,
-    })
 }
 
 fn store_err(e: StoreError) -> WsError {
@@ -336,6 +285,11 @@ impl WorkspaceBucket {
             view.count_files().map_err(store_err)?;
         }
         Ok(view)
+    }
+
+    /// Keeps the workspace's session lock for as long as the view lives.
+    pub(crate) fn hold_session(&mut self, session: FileLock) {
+        self._session = Some(session);
     }
 
     /// The primary bucket's name.

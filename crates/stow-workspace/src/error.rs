@@ -32,6 +32,10 @@ pub enum WsError {
     /// No such workspace, checkpoint or document.
     #[error("{0} not found")]
     NotFound(String),
+    /// A checkpoint (or file) with that name already exists; nothing was
+    /// replaced.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
     /// A live session owns the workspace.
     #[error("workspace {0} is in use by a live session")]
     InUse(String),
@@ -86,6 +90,7 @@ impl WsError {
             WsError::InvalidRoot { .. } => "invalid_root",
             WsError::CapacityExceeded(_) => "capacity_exceeded",
             WsError::NotFound(_) => "not_found",
+            WsError::AlreadyExists(_) => "already_exists",
             WsError::InUse(_) => "in_use",
             WsError::Refused(_) => "refused",
             WsError::Git { .. } => "git_failed",

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stow_workspace::{admin, prepare, Registry};
+use stow_workspace::{admin, handoff, open, prepare, Registry};
 
 /// Every path under `dir` with its bytes (files) or a marker (dirs/links).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -428,7 +428,7 @@ fn destroy_resume_handoff_collect_prune() {
     // Resume refuses while a live owner holds the workspace.
     let held = stow_workspace::claim_session(&r.root, &r.workspace_id).unwrap();
     assert_eq!(
-        admin::resume(&reg, &r.workspace_id, None, true)
+        open::resume(&reg, &r.workspace_id, None, true)
             .unwrap_err()
             .code(),
         "in_use"
@@ -441,14 +441,14 @@ fn destroy_resume_handoff_collect_prune() {
     assert_eq!(c.results[0].reason, "in-use");
     // Handoff works while it is live.
     let doc = f.dir.join("handoff.json");
-    admin::handoff(&reg, &r.workspace_id, None, Some(&doc)).unwrap();
+    handoff::handoff(&reg, &r.workspace_id, None, Some(&doc)).unwrap();
     assert_eq!(
         fs::metadata(&doc).unwrap().permissions().mode() & 0o777,
         0o600
     );
     drop(held);
     let before = reg.get(&r.workspace_id).unwrap();
-    let resumed = admin::resume_handoff(&doc).unwrap();
+    let resumed = handoff::resume_handoff(&doc).unwrap();
     assert_eq!(resumed.workspace_id, r.workspace_id);
     assert_eq!(reg.get(&r.workspace_id).unwrap().created, before.created);
     // TTL collection.
@@ -515,3 +515,4 @@ fn adopted_workspaces_are_never_deleted() {
     );
     assert_eq!(admin::list(&reg).unwrap().count, 0);
 }
+

@@ -1,0 +1,409 @@
+//! The checkpoint format: manifests (v1 files; v2 with the bucket's
+//! objects), the small per-checkpoint summary, their strict loading, and
+//! the JSON a capture writes straight from its scan.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::blobs::Payload;
+use super::checkpoints_dir;
+use super::scan::Scanned;
+use crate::error::{Result, WsError};
+use crate::paths::check_checkpoint_id;
+use crate::registry::Registry;
+
+/// One captured file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub sha256: String,
+    /// v2: the content type the file was last written with through S3
+    /// (while the file is unchanged since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// v2: the user metadata the file was last written with through S3.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// S3 properties a portable capture keeps for a file (as for an object).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileProps {
+    pub content_type: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A manifest as written by a capture: the same JSON as
+/// [`CheckpointManifest`], serialized straight from the scan and the
+/// digests (a large tree's entries are not copied first).
+#[derive(Serialize)]
+pub(crate) struct ManifestView<'a> {
+    pub(super) version: u32,
+    pub(super) id: &'a str,
+    pub(super) workspace_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) parent_id: Option<&'a str>,
+    pub(super) created: &'a str,
+    pub(super) files: FilesView<'a>,
+    pub(super) excluded: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) primary_bucket: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub(super) buckets: &'a [String],
+    #[serde(skip_serializing_if = "<[ObjectEntry]>::is_empty")]
+    pub(super) objects: &'a [ObjectEntry],
+}
+
+/// The `files` of a [`ManifestView`]: scanned files with their digests
+/// and, in a portable capture, their S3 properties.
+pub(super) struct FilesView<'a> {
+    pub(super) scanned: &'a [Scanned],
+    pub(super) produced: &'a [Payload],
+    pub(super) props: Option<&'a HashMap<String, FileProps>>,
+}
+
+impl Serialize for FilesView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            path: &'a str,
+            size: u64,
+            mode: u32,
+            sha256: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            content_type: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            metadata: Option<&'a BTreeMap<String, String>>,
+        }
+        s.collect_seq(self.scanned.iter().zip(self.produced).map(|(f, p)| {
+            let props = self.props.and_then(|m| m.get(&f.path));
+            Entry {
+                path: &f.path,
+                size: f.size,
+                mode: f.mode,
+                sha256: &p.sha256,
+                content_type: props.and_then(|p| p.content_type.as_deref()),
+                metadata: props.map(|p| &p.metadata).filter(|m| !m.is_empty()),
+            }
+        }))
+    }
+}
+
+/// An immutable version-1 checkpoint manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointManifest {
+    pub version: u32,
+    pub id: String,
+    pub workspace_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    pub created: String,
+    pub files: Vec<FileEntry>,
+    #[serde(default)]
+    pub excluded: Vec<String>,
+    /// v2: the workspace's primary bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_bucket: Option<String>,
+    /// v2: every bucket, including empty ones and the primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<String>,
+    /// v2: objects held outside the file view (non-portable keys, other buckets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectEntry>,
+}
+
+/// One captured object of a portable (v2) checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectEntry {
+    pub bucket: String,
+    pub key: String,
+    pub size: u64,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The small per-checkpoint record used for accounting and lookups, so they
+/// never parse full manifests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub version: u32,
+    pub id: String,
+    pub workspace_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    pub created: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The result of a plain capture.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointResult {
+    pub version: u32,
+    pub checkpoint_id: String,
+    pub workspace_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_checkpoint_id: Option<String>,
+    pub created: String,
+    /// Captured files.
+    pub files: u64,
+    /// Logical captured bytes (what retention counts).
+    pub bytes: u64,
+    /// Bytes newly stored by this capture (physical growth of the blob store).
+    pub stored_bytes: u64,
+    /// Portable (v2) captures: objects outside the file view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub excluded_sensitive_paths: Vec<String>,
+}
+
+/// Whether `d` is 64 lowercase hex digits (a SHA-256 as we store it).
+pub(super) fn valid_sha(d: &str) -> bool {
+    d.len() == 64
+        && d.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Every published summary in the partition, in ID order.
+pub fn summaries(registry: &Registry) -> Result<Vec<Summary>> {
+    let dir = checkpoints_dir(registry);
+    let rd = match fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(WsError::io_at("read checkpoints", &dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| WsError::io_at("read checkpoints", &dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        out.push(load_summary(registry, &name)?);
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+pub(super) fn load_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let bytes = fs::read(path).map_err(|e| WsError::io_at("read", path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| WsError::Corrupt(format!("{}: {e}", path.display())))
+}
+
+pub(super) fn load_summary(registry: &Registry, id: &str) -> Result<Summary> {
+    let s: Summary = load_json(&checkpoints_dir(registry).join(id).join("summary.json"))?;
+    if s.id != id {
+        return Err(WsError::Corrupt(format!(
+            "checkpoint {id} names itself {}",
+            s.id
+        )));
+    }
+    Ok(s)
+}
+
+/// Loads a published checkpoint manifest.
+pub fn load_manifest(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
+    check_checkpoint_id(id)?;
+    let dir = checkpoints_dir(registry).join(id);
+    if !dir.is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {id}")));
+    }
+    let m: CheckpointManifest = load_json(&dir.join("manifest.json"))?;
+    let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
+    let consistent = match m.version {
+        1 => !v2_fields,
+        2 => m.primary_bucket.is_some(),
+        _ => false,
+    };
+    let digests_ok = m
+        .files
+        .iter()
+        .map(|f| &f.sha256)
+        .chain(m.objects.iter().map(|o| &o.sha256))
+        .all(|d| valid_sha(d));
+    let modes_ok = m.files.iter().all(|f| f.mode <= 0o777);
+    if m.id != id || !consistent || !digests_ok || !modes_ok {
+        return Err(WsError::Corrupt(format!(
+            "checkpoint {id} manifest does not match"
+        )));
+    }
+    Ok(m)
+}
+
+/// Refuses a checkpoint that is missing or belongs to another workspace.
+pub fn check_belongs(registry: &Registry, cp: &str, ws: &str) -> Result<()> {
+    check_checkpoint_id(cp)?;
+    if !checkpoints_dir(registry).join(cp).is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {cp}")));
+    }
+    let s = load_summary(registry, cp)?;
+    if s.workspace_id != ws {
+        return Err(WsError::InvalidRequest(format!(
+            "checkpoint {cp} belongs to a different workspace"
+        )));
+    }
+    Ok(())
+}
+
+/// Checkpoint count and logical bytes of the whole partition.
+pub fn registry_usage(registry: &Registry) -> Result<(u64, u64)> {
+    let s = summaries(registry)?;
+    Ok((s.len() as u64, s.iter().map(|s| s.bytes).sum()))
+}
+
+/// An object entry seen as a payload to verify.
+pub(crate) fn object_as_file(o: &ObjectEntry) -> FileEntry {
+    FileEntry {
+        path: format!("s3://{}/{}", o.bucket, o.key),
+        size: o.size,
+        mode: 0o600,
+        sha256: o.sha256.clone(),
+        ..FileEntry::default()
+    }
+}
+
+pub(super) mod erased {
+    use crate::error::{Result, WsError};
+
+    /// Object-safe JSON encoding for the publication helper.
+    pub trait Ser {
+        fn bytes(&self) -> Result<Vec<u8>>;
+    }
+
+    impl<T: serde::Serialize> Ser for T {
+        fn bytes(&self) -> Result<Vec<u8>> {
+            let mut v = serde_json::to_vec_pretty(self)
+                .map_err(|e| WsError::InvalidRequest(format!("encode: {e}")))?;
+            v.push(b'\n');
+            Ok(v)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(path: &str, size: u64) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            ino: 3,
+            nlink: 1,
+        }
+    }
+
+    #[test]
+    fn the_manifest_view_writes_the_manifest_format_byte_for_byte() {
+        let files = vec![scanned("a.txt", 3), scanned("d/b \"q\".bin", 0)];
+        let produced: Vec<Payload> = ["ab", "cd"]
+            .iter()
+            .map(|c| Payload {
+                sha256: c.repeat(32),
+                staged: None,
+            })
+            .collect();
+        let object = ObjectEntry {
+            bucket: "other".into(),
+            key: "k:1".into(),
+            size: 5,
+            sha256: "ef".repeat(32),
+            content_type: Some("text/plain".into()),
+            metadata: BTreeMap::from([("m".into(), "v".into())]),
+        };
+        let excluded = vec![".env".to_string()];
+        let buckets = vec!["main".to_string(), "other".to_string()];
+        // A portable capture keeps S3 properties of files (here: both kinds
+        // on one file, a content type alone on the other).
+        let file_props = HashMap::from([
+            (
+                "a.txt".to_string(),
+                FileProps {
+                    content_type: Some("text/csv".into()),
+                    metadata: BTreeMap::from([("k".into(), "v \"q\"".into())]),
+                },
+            ),
+            (
+                "d/b \"q\".bin".to_string(),
+                FileProps {
+                    content_type: Some("application/x-b".into()),
+                    metadata: BTreeMap::new(),
+                },
+            ),
+        ]);
+        for (parent, portable) in [(None, false), (Some("cp_parent"), true)] {
+            let objects = if portable {
+                vec![object.clone()]
+            } else {
+                vec![]
+            };
+            let view = ManifestView {
+                version: if portable { 2 } else { 1 },
+                id: "cp_x",
+                workspace_id: "ws_y",
+                parent_id: parent,
+                created: "2026-11-30T00:00:00Z",
+                files: FilesView {
+                    scanned: &files,
+                    produced: &produced,
+                    props: portable.then_some(&file_props),
+                },
+                excluded: &excluded,
+                primary_bucket: portable.then_some("main"),
+                buckets: if portable { &buckets } else { &[] },
+                objects: &objects,
+            };
+            let owned = CheckpointManifest {
+                version: view.version,
+                id: "cp_x".into(),
+                workspace_id: "ws_y".into(),
+                parent_id: parent.map(str::to_string),
+                created: "2026-11-30T00:00:00Z".into(),
+                files: files
+                    .iter()
+                    .zip(&produced)
+                    .map(|(f, p)| {
+                        let props = file_props
+                            .get(&f.path)
+                            .filter(|_| portable)
+                            .cloned()
+                            .unwrap_or_default();
+                        FileEntry {
+                            path: f.path.clone(),
+                            size: f.size,
+                            mode: f.mode,
+                            sha256: p.sha256.clone(),
+                            content_type: props.content_type,
+                            metadata: props.metadata,
+                        }
+                    })
+                    .collect(),
+                excluded: excluded.clone(),
+                primary_bucket: portable.then(|| "main".to_string()),
+                buckets: if portable { buckets.clone() } else { vec![] },
+                objects: objects.clone(),
+            };
+            let enc = |v: &dyn erased::Ser| v.bytes().unwrap();
+            assert_eq!(
+                String::from_utf8(enc(&view)).unwrap(),
+                String::from_utf8(enc(&owned)).unwrap()
+            );
+        }
+    }
+}
