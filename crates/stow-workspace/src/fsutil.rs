@@ -29,6 +29,34 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         .map_err(|e| WsError::io_at("create directory", dir, e))
 }
 
+/// Creates the directories of the clean relative slash path `rel` under
+/// `root` with `mode` (before the umask), one component at a time, never
+/// through a symbolic link: a component that exists must be a real
+/// directory. `root` itself must exist.
+pub fn create_dirs_within(root: &Path, rel: &str, mode: u32) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut dir = root.to_path_buf();
+    for seg in rel.split('/').filter(|s| !s.is_empty()) {
+        dir.push(seg);
+        match fs::DirBuilder::new().mode(mode).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let meta =
+                    fs::symlink_metadata(&dir).map_err(|e| WsError::io_at("stat", &dir, e))?;
+                if !meta.file_type().is_dir() {
+                    return Err(WsError::InvalidInput {
+                        path: dir,
+                        reason: "exists and is not a directory (symbolic links are never followed)"
+                            .into(),
+                    });
+                }
+            }
+            Err(e) => return Err(WsError::io_at("create directory", &dir, e)),
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` atomically: temp file in the same directory,
 /// fsync, rename over `path`, fsync the directory. A crash leaves either the
 /// old or the new content, never a torn file.

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WsError};
-use crate::fsutil::{atomic_write, create_private_dir, now_rfc3339, random_hex, FileLock};
+use crate::fsutil::{
+    atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex, FileLock,
+};
 use crate::manifest::{Plan, TaskManifest};
 use crate::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
@@ -280,12 +282,8 @@ fn prepare_created(
         create_private_dir(&hooks)?;
         for r in &plan.repos {
             let dest = root.join(&r.dest);
-            if let Some(parent) = dest.parent() {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| WsError::io_at("create directory", parent, e))?;
+            if let Some((parent, _)) = r.dest.rsplit_once('/') {
+                create_dirs_within(root, parent, 0o755)?;
             }
             git::stage(&r.toplevel, &r.commit, &dest, &hooks)?;
             repositories.push(RepositoryResult {
@@ -297,21 +295,18 @@ fn prepare_created(
         }
     }
     for d in &plan.dirs {
-        let p = root.join(d);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&p)
-            .map_err(|e| WsError::io_at("create directory", &p, e))?;
+        create_dirs_within(root, d, 0o755)?;
     }
     for f in &plan.files {
+        // A file input's destination may be nested (`docs/notes.md`): its
+        // parents are made like directory inputs' (0755, never through a
+        // symlink).
+        if let Some((parent, _)) = f.dest.rsplit_once('/') {
+            create_dirs_within(root, parent, 0o755)?;
+        }
         copy_new_file(&f.source, &root.join(&f.dest), f.mode)?;
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&working_dir)
-        .map_err(|e| WsError::io_at("create working directory", &working_dir, e))?;
+    create_dirs_within(root, &plan.working_directory, 0o755)?;
 
     let (seeded_bytes, seeded_objects) = tree::seeded_totals(root, 0)?;
     if seeded_bytes > plan.max_bytes {

@@ -516,3 +516,104 @@ fn adopted_workspaces_are_never_deleted() {
     assert_eq!(admin::list(&reg).unwrap().count, 0);
 }
 
+/// Mode bits of a path (without the file type).
+fn mode_of(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn file_inputs_at_depth_create_their_parents() {
+    let f = Fixture::new();
+    // Depth 1 and depth 3, each alone.
+    for (i, dest) in ["docs/notes.md", "a/b/c/notes.md"].iter().enumerate() {
+        let root = format!("alone{i}");
+        let m = f.manifest(&format!(
+            r#"{{"version":1,"root":"{root}","registry_dir":"reg","inputs":[{{"source":"notes.md","destination":"{dest}"}}]}}"#
+        ));
+        let r = prepare(&m).unwrap();
+        assert_eq!(fs::read(r.root.join(dest)).unwrap(), b"notes", "{dest}");
+        assert_eq!((r.seeded_bytes, r.seeded_objects), (5, 1));
+        // Every created parent has the mode directory inputs get.
+        let mut dir = Path::new(dest).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            let expected = mode_of(&f.dir.join("in")) & 0o755;
+            assert_eq!(mode_of(&r.root.join(d)), expected, "{}", d.display());
+            dir = d.parent();
+        }
+    }
+    // Beside directory inputs: into a directory an input also creates, into
+    // a new one, and at depth 3 under a directory input's subdirectory.
+    let m = f.manifest(
+        r#"{"version":1,"root":"beside","registry_dir":"reg","inputs":[
+            {"source":"in","destination":"data"},
+            {"source":"notes.md","destination":"data/nested/NOTES.md"},
+            {"source":"notes.md","destination":"docs/notes.md"},
+            {"source":"notes.md","destination":"data/x/y/z.md"}]}"#,
+    );
+    let r = prepare(&m).unwrap();
+    for (p, want) in [
+        ("data/seed.txt", &b"seed"[..]),
+        ("data/nested/second.txt", b"second"),
+        ("data/nested/NOTES.md", b"notes"),
+        ("docs/notes.md", b"notes"),
+        ("data/x/y/z.md", b"notes"),
+    ] {
+        assert_eq!(fs::read(r.root.join(p)).unwrap(), want, "{p}");
+    }
+    assert_eq!(r.seeded_objects, 5);
+    // A sensitive nested destination with the opt-in.
+    fs::write(f.dir.join("creds"), "[default]").unwrap();
+    let m = f.manifest(
+        r#"{"version":1,"root":"sens","registry_dir":"reg","include_sensitive_inputs":true,"inputs":[{"source":"creds","destination":".aws/credentials"}]}"#,
+    );
+    let r = prepare(&m).unwrap();
+    assert_eq!(
+        fs::read(r.root.join(".aws/credentials")).unwrap(),
+        b"[default]"
+    );
+}
+
+#[test]
+fn the_seed_manifest_without_its_repository_prepares() {
+    // Seed 002's example, minus the `repositories` entry: the file input's
+    // parent `repo/` exists only because prepare creates it.
+    let f = Fixture::new();
+    fs::create_dir_all(f.dir.join("tasks")).unwrap();
+    fs::create_dir_all(f.dir.join("m/fixtures/sub")).unwrap();
+    fs::write(f.dir.join("m/task-notes.md"), "# task").unwrap();
+    fs::write(f.dir.join("m/fixtures/sub/case.json"), "{}").unwrap();
+    let m = f.dir.join("m/task.json");
+    fs::write(
+        &m,
+        r#"{
+          "version": 1,
+          "root": "../tasks/fix-parser",
+          "working_directory": "repo",
+          "inputs": [
+            { "source": "./task-notes.md", "destination": "repo/TASK.md" },
+            { "source": "./fixtures", "destination": "repo/testdata" }
+          ],
+          "max_bytes": 67108864,
+          "max_objects": 10000,
+          "max_checkpoint_bytes": 536870912,
+          "max_checkpoints": 20,
+          "max_workspaces": 100,
+          "ttl_seconds": 604800,
+          "registry_dir": "../stow-registry",
+          "team": "platform",
+          "include_sensitive_inputs": false
+        }"#,
+    )
+    .unwrap();
+    let r = prepare(&m).unwrap();
+    let root = f.dir.join("tasks/fix-parser");
+    assert_eq!(r.root, root);
+    assert_eq!(r.working_directory, root.join("repo"));
+    assert_eq!(fs::read(root.join("repo/TASK.md")).unwrap(), b"# task");
+    assert_eq!(
+        fs::read(root.join("repo/testdata/sub/case.json")).unwrap(),
+        b"{}"
+    );
+    assert_eq!((r.seeded_bytes, r.seeded_objects), (8, 2));
+    assert_eq!(r.team.as_deref(), Some("platform"));
+}
