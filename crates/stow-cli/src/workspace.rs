@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use stow_workspace::admin::{self, PolicyUpdate};
+use stow_workspace::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::handoff::AdoptOptions;
 use stow_workspace::keyed::{keyed_capture, KeyedRequest};
 use stow_workspace::restore::{self, RestoreLimits};
 use stow_workspace::{handoff, open};
@@ -41,6 +43,29 @@ impl RegistryArgs {
     }
 }
 
+/// Bounds and the sensitive-path opt-in of the transfer verbs.
+#[derive(Args, Clone, Default)]
+pub struct TransferArgs {
+    /// Payload byte bound (default 1 GiB).
+    #[arg(long, default_value_t = 0)]
+    max_bytes: u64,
+    /// Payload count bound (default 100,000).
+    #[arg(long, default_value_t = 0)]
+    max_files: u64,
+    /// Allow sensitive-looking paths (.env, keys, credentials).
+    #[arg(long)]
+    include_sensitive: bool,
+}
+
+impl TransferArgs {
+    fn limits(&self) -> ArchiveLimits {
+        ArchiveLimits {
+            max_bytes: self.max_bytes,
+            max_files: self.max_files,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum WorkspaceCommand {
     /// Create a workspace from a version-1 task manifest.
@@ -68,16 +93,72 @@ pub enum WorkspaceCommand {
     /// Serve the workspace's bucket view over S3 (files are objects of its
     /// bucket); the workspace is claimed while the server runs.
     Serve(crate::serve::WorkspaceServeArgs),
-    /// Write a same-machine handoff document (version 1).
+    /// Write a handoff document: same-machine (version 1), or portable
+    /// (version 2) with --archive.
     Handoff {
         #[arg(long)]
         id: String,
         /// A checkpoint to name alongside the workspace.
         #[arg(long)]
         checkpoint_id: Option<String>,
+        /// Export the checkpoint to this new archive and record its digest
+        /// (portable handoff; needs --checkpoint-id).
+        #[arg(long)]
+        archive: Option<PathBuf>,
         /// Write the document here (mode 0600) and print nothing.
         #[arg(long)]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Adopt a portable handoff: verify, import and restore its checkpoint
+    /// into a new root as a new (adopted) workspace.
+    Adopt {
+        /// The version-2 handoff document.
+        #[arg(long)]
+        handoff: PathBuf,
+        /// The new root (must not exist; its parent must).
+        #[arg(long)]
+        root: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Export a checkpoint to a new gzip tar archive.
+    Export {
+        #[arg(long)]
+        checkpoint_id: String,
+        /// The archive to create (never replaced).
+        #[arg(long)]
+        output: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Validate an archive and list what it holds, extracting nothing.
+    Preview {
+        #[arg(long)]
+        archive: PathBuf,
+        /// Payload byte bound (default 1 GiB).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// Payload count bound (default 100,000).
+        #[arg(long, default_value_t = 0)]
+        max_files: u64,
+    },
+    /// Import an archive's checkpoint into the registry.
+    Import {
+        #[arg(long)]
+        archive: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Remove blobs no published checkpoint names.
+    Gc {
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -240,6 +321,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
         C::Handoff {
             id,
             checkpoint_id,
+            archive,
             output,
             registry,
         } => {
@@ -247,6 +329,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 &registry.open()?,
                 &id,
                 checkpoint_id.as_deref(),
+                archive.as_deref(),
                 output.as_deref(),
             )?;
             // With --output the document is the file; stdout stays empty.
@@ -299,6 +382,71 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             };
             json(checkpoint::capture(&registry.open()?, &id, &opts)?)
         }
+        C::Adopt {
+            handoff: doc,
+            root,
+            transfer,
+            registry,
+        } => {
+            let bar = TerminalBar::for_stderr();
+            json(handoff::adopt(
+                registry.registry_dir.as_deref(),
+                registry.team.as_deref(),
+                &doc,
+                &root,
+                &AdoptOptions {
+                    include_sensitive: transfer.include_sensitive,
+                    limits: transfer.limits(),
+                    progress: bar.as_ref().map(|b| b as &dyn Progress),
+                },
+            )?)
+        }
+        C::Export {
+            checkpoint_id,
+            output,
+            transfer,
+            registry,
+        } => {
+            let bar = TerminalBar::for_stderr();
+            json(archive::export(
+                &registry.open()?,
+                &checkpoint_id,
+                &output,
+                &ExportOptions {
+                    include_sensitive: transfer.include_sensitive,
+                    limits: transfer.limits(),
+                    progress: bar.as_ref().map(|b| b as &dyn Progress),
+                },
+            )?)
+        }
+        C::Preview {
+            archive: path,
+            max_bytes,
+            max_files,
+        } => json(archive::preview(
+            &path,
+            ArchiveLimits {
+                max_bytes,
+                max_files,
+            },
+        )?),
+        C::Import {
+            archive: path,
+            transfer,
+            registry,
+        } => {
+            let bar = TerminalBar::for_stderr();
+            json(archive::import(
+                &registry.open()?,
+                &path,
+                &ImportOptions {
+                    include_sensitive: transfer.include_sensitive,
+                    limits: transfer.limits(),
+                    progress: bar.as_ref().map(|b| b as &dyn Progress),
+                },
+            )?)
+        }
+        C::Gc { registry } => json(checkpoint::gc(&registry.open()?)?),
         C::Diff { from, to, registry } => json(checkpoint::diff(&registry.open()?, &from, &to)?),
         C::Restore {
             checkpoint_id,

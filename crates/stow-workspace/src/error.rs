@@ -32,6 +32,17 @@ pub enum WsError {
     /// No such workspace, checkpoint or document.
     #[error("{0} not found")]
     NotFound(String),
+    /// An adopt imported its checkpoint but could not restore it: the
+    /// checkpoint stays in the registry (restore it again, or delete it).
+    #[error("imported checkpoint {checkpoint_id}, but restoring it failed: {reason}")]
+    PartialImport {
+        checkpoint_id: String,
+        reason: String,
+    },
+    /// A transfer archive breaks a rule of its format (structure, names,
+    /// entry types, sizes, digests, trailer, compression).
+    #[error("invalid archive: {0}")]
+    InvalidArchive(String),
     /// A checkpoint (or file) with that name already exists; nothing was
     /// replaced.
     #[error("{0} already exists")]
@@ -91,6 +102,8 @@ impl WsError {
             WsError::CapacityExceeded(_) => "capacity_exceeded",
             WsError::NotFound(_) => "not_found",
             WsError::AlreadyExists(_) => "already_exists",
+            WsError::InvalidArchive(_) => "invalid_archive",
+            WsError::PartialImport { .. } => "partial_import",
             WsError::InUse(_) => "in_use",
             WsError::Refused(_) => "refused",
             WsError::Git { .. } => "git_failed",

@@ -82,6 +82,51 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     fsync_dir(dir)
 }
 
+/// Gives the complete, fsynced file `tmp` the name `target` without ever
+/// replacing a file there (a hard link fails on an existing name), then
+/// removes `tmp` and flushes the directory. `tmp` is removed either way.
+pub fn link_new(tmp: &Path, target: &Path) -> Result<()> {
+    let linked = fs::hard_link(tmp, target);
+    let _ = fs::remove_file(tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(WsError::AlreadyExists(target.display().to_string()))
+        }
+        Err(e) => return Err(WsError::io_at("publish", target, e)),
+    }
+    match target.parent() {
+        Some(dir) => fsync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// Writes a new file `path` (never replacing one) with `bytes`: a temp
+/// file beside it, fsynced, then [`link_new`].
+pub fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| WsError::InvalidRequest(format!("{} has no parent", path.display())))?;
+    if fs::symlink_metadata(path).is_ok() {
+        return Err(WsError::AlreadyExists(path.display().to_string()));
+    }
+    let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    };
+    if let Err(e) = write() {
+        let _ = fs::remove_file(&tmp);
+        return Err(WsError::io_at("write", path, e));
+    }
+    link_new(&tmp, path)
+}
+
 /// An exclusive advisory lock (`flock`), released on drop or process death.
 #[derive(Debug)]
 pub struct FileLock {

@@ -7,10 +7,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::archive::{
+    export, file_sha256, import_with_digest, ArchiveLimits, Expectation, ExportOptions,
+    ImportOptions,
+};
 use crate::error::{Result, WsError};
-use crate::fsutil::atomic_write;
+use crate::fsutil::{absolute, write_new_file};
+use crate::manifest::check_new_root;
 use crate::prepare::WorkspaceResult;
+use crate::progress::Progress;
 use crate::registry::Registry;
+use crate::restore::{restore_as, RestoreLimits};
 
 /// A handoff document (version 1 local; version 2 carries an archive).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -25,7 +32,23 @@ pub struct HandoffDocument {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub archive: Option<serde_json::Value>,
+    pub archive: Option<HandoffArchive>,
+}
+
+/// The archive a version-2 handoff carries.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffArchive {
+    /// Relative paths resolve from the document's directory.
+    pub path: PathBuf,
+    /// SHA-256 of the archive file (lowercase hex).
+    pub sha256: String,
+    /// Size of the archive file (0: not checked).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Files of the checkpoint.
+    #[serde(default)]
+    pub files: u64,
 }
 
 /// Largest handoff document read.
@@ -55,40 +78,173 @@ impl HandoffDocument {
     }
 }
 
-/// Writes a same-machine (version 1) handoff document for a workspace,
-/// without claiming it. Returns the document.
+/// Writes a handoff document for a workspace, without claiming it:
+/// version 1 (same machine) names the workspace and its registry; with
+/// `archive`, the checkpoint is exported there first (default bounds, no
+/// sensitive paths) and the version-2 document records the archive's
+/// SHA-256, size and file count. With `output`, the document is written
+/// there (never replacing a file) and `archive.path` is relative to its
+/// directory when the archive lies beneath it. Returns the document.
 pub fn handoff(
     registry: &Registry,
     id: &str,
     checkpoint_id: Option<&str>,
+    archive: Option<&Path>,
     output: Option<&Path>,
 ) -> Result<HandoffDocument> {
     let rec = registry.get(id)?;
     if let Some(cp) = checkpoint_id {
         crate::checkpoint::check_belongs(registry, cp, &rec.id)?;
     }
+    let output = output.map(absolute).transpose()?;
+    if let Some(out) = &output {
+        if fs::symlink_metadata(out).is_ok() {
+            return Err(WsError::AlreadyExists(out.display().to_string()));
+        }
+    }
+    let carried = match archive {
+        None => None,
+        Some(path) => {
+            let cp = checkpoint_id
+                .ok_or_else(|| WsError::InvalidRequest("--archive needs --checkpoint-id".into()))?;
+            let path = absolute(path)?;
+            let exported = export(registry, cp, &path, &ExportOptions::default())?;
+            let shown = match output.as_ref().and_then(|o| o.parent()) {
+                Some(dir) => path.strip_prefix(dir).unwrap_or(&path).to_path_buf(),
+                None => path.clone(),
+            };
+            Some((
+                path,
+                HandoffArchive {
+                    path: shown,
+                    sha256: exported.sha256,
+                    bytes: exported.bytes,
+                    files: exported.files,
+                },
+            ))
+        }
+    };
     let doc = HandoffDocument {
-        version: 1,
+        version: if carried.is_some() { 2 } else { 1 },
         workspace_id: rec.id,
         checkpoint_id: checkpoint_id.map(str::to_string),
         registry_dir: Some(registry.dir().to_path_buf()),
         team: registry.team().map(str::to_string),
-        archive: None,
+        archive: carried.as_ref().map(|(_, a)| a.clone()),
     };
-    if let Some(out) = output {
-        if fs::symlink_metadata(out).is_ok() {
-            return Err(WsError::InvalidRequest(format!(
-                "{} already exists",
-                out.display()
-            )));
+    if let Some(out) = &output {
+        let written = serde_json::to_vec_pretty(&doc)
+            .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                write_new_file(out, &bytes, 0o600)
+            });
+        if let Err(e) = written {
+            // The archive was made for this document only.
+            if let Some((path, _)) = &carried {
+                let _ = fs::remove_file(path);
+            }
+            return Err(e);
         }
-        let mut bytes = serde_json::to_vec_pretty(&doc)
-            .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))?;
-        bytes.push(b'\n');
-        let out = crate::fsutil::absolute(out)?;
-        atomic_write(&out, &bytes, 0o600)?;
     }
     Ok(doc)
+}
+
+/// Options of `adopt`.
+#[derive(Default)]
+pub struct AdoptOptions<'a> {
+    /// Import sensitive-looking paths (refused without it).
+    pub include_sensitive: bool,
+    /// Archive bounds; they also narrow the new workspace's limits.
+    pub limits: ArchiveLimits,
+    pub progress: Option<&'a dyn Progress>,
+}
+
+/// Adopts a portable handoff: checks the archive against the document's
+/// size and SHA-256 before anything is created, imports its checkpoint
+/// into the local registry (`registry_dir` of the document is ignored;
+/// `team` comes from the flag or else the document, and the two must
+/// agree), and restores it into the new directory `root` as a new,
+/// adopted workspace (never deleted by destroy or collect).
+pub fn adopt(
+    registry_base: Option<&Path>,
+    team: Option<&str>,
+    handoff: &Path,
+    root: &Path,
+    opts: &AdoptOptions,
+) -> Result<WorkspaceResult> {
+    let doc = HandoffDocument::load(handoff)?;
+    let team = match (team.filter(|t| !t.is_empty()), doc.team.as_deref()) {
+        (Some(flag), Some(theirs)) if flag != theirs => {
+            return Err(WsError::InvalidRequest(format!(
+                "--team {flag} differs from the handoff's team {theirs}"
+            )))
+        }
+        (Some(flag), _) => Some(flag),
+        (None, theirs) => theirs,
+    };
+    let registry = Registry::resolve(registry_base, team)?;
+    let Some(archive) = &doc.archive else {
+        return Err(WsError::InvalidRequest(
+            "this is a same-machine handoff with no archive; hand off with --archive to adopt it elsewhere, or use resume --handoff".into(),
+        ));
+    };
+    let root = absolute(root)?;
+    check_new_root(&root)?;
+    let doc_dir = absolute(handoff)?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let path = if archive.path.is_absolute() {
+        archive.path.clone()
+    } else {
+        doc_dir.join(&archive.path)
+    };
+    let meta = fs::symlink_metadata(&path).map_err(|e| WsError::io_at("open archive", &path, e))?;
+    if !meta.is_file() {
+        return Err(WsError::InvalidArchive(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    if archive.bytes > 0 && meta.len() != archive.bytes {
+        return Err(WsError::InvalidArchive(format!(
+            "{} is {} bytes; the handoff says {}",
+            path.display(),
+            meta.len(),
+            archive.bytes
+        )));
+    }
+    let want = archive.sha256.to_ascii_lowercase();
+    let (sha, _) = file_sha256(&path)?;
+    if sha != want {
+        return Err(WsError::InvalidArchive(format!(
+            "{} does not match the handoff's sha256 (it is not the archive that was handed off)",
+            path.display()
+        )));
+    }
+    let import = ImportOptions {
+        include_sensitive: opts.include_sensitive,
+        limits: opts.limits,
+        progress: opts.progress,
+    };
+    let expect = Expectation {
+        sha256: &want,
+        workspace_id: &doc.workspace_id,
+        checkpoint_id: doc.checkpoint_id.as_deref(),
+    };
+    let imported = import_with_digest(&registry, &path, &import, Some(&expect))?;
+    let limits = RestoreLimits {
+        max_bytes: opts.limits.max_bytes,
+        max_files: opts.limits.max_files,
+        progress: opts.progress,
+    };
+    restore_as(&registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
+        WsError::PartialImport {
+            checkpoint_id: imported.checkpoint_id.clone(),
+            reason: e.to_string(),
+        }
+    })
 }
 
 /// Resumes from a handoff document: the registry comes from the document.

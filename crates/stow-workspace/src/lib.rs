@@ -7,6 +7,7 @@
 //! a typed `serde` struct the CLI prints as JSON.
 
 pub mod admin;
+pub mod archive;
 pub mod bucket;
 pub mod checkpoint;
 mod error;

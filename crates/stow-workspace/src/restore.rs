@@ -36,6 +36,18 @@ pub fn restore(
     root: &Path,
     limits: RestoreLimits<'_>,
 ) -> Result<WorkspaceResult> {
+    restore_as(registry, id, root, limits, true)
+}
+
+/// [`restore`]; `owned: false` marks the new workspace adopted (its
+/// directory is never deleted by destroy or collect).
+pub(crate) fn restore_as(
+    registry: &Registry,
+    id: &str,
+    root: &Path,
+    limits: RestoreLimits<'_>,
+    owned: bool,
+) -> Result<WorkspaceResult> {
     let root = absolute(root)?;
     check_new_root(&root)?;
     // The registry lock keeps garbage collection away from the blobs while
@@ -91,7 +103,7 @@ pub fn restore(
         max_objects: min_or(limits.max_files, DEFAULT_MAX_OBJECTS.max(files)),
         max_checkpoint_bytes: source.as_ref().map(|s| s.max_checkpoint_bytes).unwrap_or(0),
         max_checkpoints: source.as_ref().map(|s| s.max_checkpoints).unwrap_or(0),
-        owned: true,
+        owned,
     };
     let run = || -> Result<WorkspaceResult> {
         write_identity(
@@ -101,7 +113,7 @@ pub fn restore(
                 workspace_id: ws.clone(),
                 bucket: bucket.clone(),
                 created: created.clone(),
-                owned: true,
+                owned,
             },
         )?;
         let _session = claim_session(&root, &ws)?;

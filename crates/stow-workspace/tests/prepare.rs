@@ -441,7 +441,7 @@ fn destroy_resume_handoff_collect_prune() {
     assert_eq!(c.results[0].reason, "in-use");
     // Handoff works while it is live.
     let doc = f.dir.join("handoff.json");
-    handoff::handoff(&reg, &r.workspace_id, None, Some(&doc)).unwrap();
+    handoff::handoff(&reg, &r.workspace_id, None, None, Some(&doc)).unwrap();
     assert_eq!(
         fs::metadata(&doc).unwrap().permissions().mode() & 0o777,
         0o600

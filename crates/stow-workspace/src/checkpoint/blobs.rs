@@ -24,20 +24,92 @@ use crate::registry::Registry;
 
 /// Callers pass only validated digests (manifests and caches are checked
 /// on load).
-pub(super) fn blob_path(registry: &Registry, sha: &str) -> PathBuf {
+pub(crate) fn blob_path(registry: &Registry, sha: &str) -> PathBuf {
     state(registry)
         .join("blobs")
         .join(sha.get(..2).unwrap_or("00"))
         .join(sha)
 }
 
-pub(super) struct Payload {
-    pub(super) sha256: String,
+/// A payload a checkpoint names: its digest and, when it is new to the
+/// store, the staged temp file that publication names by that digest.
+pub(crate) struct Payload {
+    pub(crate) sha256: String,
     /// Staged temp blob to publish, when the blob did not exist yet.
-    pub(super) staged: Option<PathBuf>,
+    pub(crate) staged: Option<PathBuf>,
 }
 
-pub(super) fn discard(produced: &[Payload]) {
+/// Why [`stage_reader`] refused a body.
+pub(crate) enum StageError {
+    /// Reading the source or writing the stage failed.
+    Io(std::io::Error),
+    /// The body was not the expected size (`got` bytes so far).
+    Size { got: u64 },
+}
+
+/// Copies `input` into a new staged file under `tmp` while hashing it
+/// (one pass), expecting exactly `size` bytes; reads at most `size + 1`.
+/// Returns the digest and the staged file, or deletes the stage. When a
+/// blob with that digest exists already, the stage is dropped and the
+/// payload names the existing blob.
+pub(crate) fn stage_reader(
+    registry: &Registry,
+    tmp: &Path,
+    input: &mut dyn Read,
+    size: u64,
+) -> std::result::Result<Payload, StageError> {
+    let staged = tmp.join(random_hex(12));
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(&staged)
+        .map_err(StageError::Io)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
+    let mut limited = input.take(size + 1);
+    let res: std::io::Result<()> = (|| {
+        loop {
+            let n = match limited.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                break;
+            }
+            let chunk = buf.get(..n).unwrap_or_default();
+            h.update(chunk);
+            out.write_all(chunk)?;
+            total += n as u64;
+        }
+        Ok(())
+    })();
+    let refused = match res {
+        Err(e) => Some(StageError::Io(e)),
+        Ok(()) if total != size => Some(StageError::Size { got: total }),
+        Ok(()) => None,
+    };
+    if let Some(e) = refused {
+        let _ = fs::remove_file(&staged);
+        return Err(e);
+    }
+    let sha = hex(&h.finalize());
+    if blob_ok(registry, &sha, total) {
+        let _ = fs::remove_file(&staged);
+        return Ok(Payload {
+            sha256: sha,
+            staged: None,
+        });
+    }
+    Ok(Payload {
+        sha256: sha,
+        staged: Some(staged),
+    })
+}
+
+pub(crate) fn discard(produced: &[Payload]) {
     for p in produced {
         if let Some(t) = &p.staged {
             let _ = fs::remove_file(t);
@@ -45,7 +117,7 @@ pub(super) fn discard(produced: &[Payload]) {
     }
 }
 
-pub(super) fn blob_ok(registry: &Registry, sha: &str, size: u64) -> bool {
+pub(crate) fn blob_ok(registry: &Registry, sha: &str, size: u64) -> bool {
     fs::metadata(blob_path(registry, sha)).is_ok_and(|m| m.is_file() && m.len() == size)
 }
 

@@ -1,15 +1,13 @@
 //! Capture: scan, admit, copy new payloads into the blob store, check the
 //! tree is unchanged, publish (see `publish`).
 
-use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sha2::{Digest, Sha256};
-
-use super::blobs::{blob_ok, discard, discard_pairs, stage_bytes, Payload};
+use super::blobs::{
+    blob_ok, discard, discard_pairs, stage_bytes, stage_reader, Payload, StageError,
+};
 use super::format::{
     check_belongs, summaries, CheckpointResult, FilesView, ManifestView, ObjectEntry, Summary,
 };
@@ -183,7 +181,7 @@ pub(crate) fn capture_locked(
             "{bytes} bytes exceed the per-capture limit of {max_bytes}"
         )));
     }
-    admit(registry, rec, bytes, &retained)?;
+    admit(registry, ws, RetentionCaps::of(rec), bytes, &retained)?;
 
     let work: Vec<Work> = before
         .files
@@ -390,29 +388,46 @@ impl PhaseClock {
     }
 }
 
-/// Retention caps of the workspace and the standing policy; refuses rather
-/// than evicting.
-/// `all`: every checkpoint of the registry partition.
-pub(super) fn admit(
+/// A workspace's retention caps (0 = unlimited); a workspace not
+/// registered here (an imported checkpoint's) has none.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct RetentionCaps {
+    pub max_checkpoints: u64,
+    pub max_checkpoint_bytes: u64,
+}
+
+impl RetentionCaps {
+    pub(crate) fn of(rec: &crate::registry::Record) -> RetentionCaps {
+        RetentionCaps {
+            max_checkpoints: rec.max_checkpoints,
+            max_checkpoint_bytes: rec.max_checkpoint_bytes,
+        }
+    }
+}
+
+/// Admits a new checkpoint of `bytes` for workspace `ws` under its
+/// retention caps and the partition's standing policy; refuses rather
+/// than evicting. `all`: every checkpoint of the registry partition.
+pub(crate) fn admit(
     registry: &Registry,
-    rec: &crate::registry::Record,
+    ws: &str,
+    caps: RetentionCaps,
     bytes: u64,
     all: &[Summary],
 ) -> Result<()> {
-    let mine: Vec<&Summary> = all.iter().filter(|s| s.workspace_id == rec.id).collect();
+    let mine: Vec<&Summary> = all.iter().filter(|s| s.workspace_id == ws).collect();
     let my_bytes: u64 = mine.iter().map(|s| s.bytes).sum();
-    if rec.max_checkpoints > 0 && mine.len() as u64 >= rec.max_checkpoints {
+    if caps.max_checkpoints > 0 && mine.len() as u64 >= caps.max_checkpoints {
         return Err(WsError::CapacityExceeded(format!(
-            "workspace {} retains {} checkpoints, at its limit of {}; delete one first",
-            rec.id,
+            "workspace {ws} retains {} checkpoints, at its limit of {}; delete one first",
             mine.len(),
-            rec.max_checkpoints
+            caps.max_checkpoints
         )));
     }
-    if rec.max_checkpoint_bytes > 0 && my_bytes + bytes > rec.max_checkpoint_bytes {
+    if caps.max_checkpoint_bytes > 0 && my_bytes + bytes > caps.max_checkpoint_bytes {
         return Err(WsError::CapacityExceeded(format!(
             "retained checkpoint bytes {} + {bytes} would exceed the limit of {}",
-            my_bytes, rec.max_checkpoint_bytes
+            my_bytes, caps.max_checkpoint_bytes
         )));
     }
     let policy = registry.policy()?;
@@ -534,49 +549,10 @@ pub(super) fn produce_one(
     // exist keeps this single-pass; the duplicate is dropped at publication.
     let src = root.join(&w.file.path);
     let mut input = File::open(&src).map_err(|e| WsError::io_at("read", &src, e))?;
-    let staged = tmp.join(random_hex(12));
-    let mut out = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o400)
-        .open(&staged)
-        .map_err(|e| WsError::io_at("stage", &staged, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 << 10];
-    let mut total = 0u64;
-    let res: std::io::Result<()> = (|| {
-        loop {
-            let n = input.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-            out.write_all(&buf[..n])?;
-            total += n as u64;
+    stage_reader(registry, tmp, &mut input, w.file.size).map_err(|e| match e {
+        StageError::Io(e) => WsError::io_at("copy", &src, e),
+        StageError::Size { .. } => {
+            WsError::WorkspaceChanged(format!("{} changed size while it was copied", w.file.path))
         }
-        Ok(())
-    })();
-    if let Err(e) = res {
-        let _ = fs::remove_file(&staged);
-        return Err(WsError::io_at("copy", &src, e));
-    }
-    if total != w.file.size {
-        let _ = fs::remove_file(&staged);
-        return Err(WsError::WorkspaceChanged(format!(
-            "{} changed size while it was copied",
-            w.file.path
-        )));
-    }
-    let sha = hex(&h.finalize());
-    if blob_ok(registry, &sha, total) {
-        let _ = fs::remove_file(&staged);
-        return Ok(Payload {
-            sha256: sha,
-            staged: None,
-        });
-    }
-    Ok(Payload {
-        sha256: sha,
-        staged: Some(staged),
     })
 }

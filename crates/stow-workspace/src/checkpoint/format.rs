@@ -2,7 +2,7 @@
 //! objects), the small per-checkpoint summary, their strict loading, and
 //! the JSON a capture writes straight from its scan.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
@@ -291,6 +291,124 @@ pub(super) mod erased {
             Ok(v)
         }
     }
+}
+
+/// Every rule a manifest from outside (an archive, a delta's base) must
+/// meet before anything is staged: versions and IDs, clean unique paths
+/// that never nest under one another, digests, modes, and for portable
+/// manifests valid unique buckets holding the primary and valid unique
+/// objects in them. Returns the reason a manifest is refused.
+pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(), String> {
+    let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
+    match m.version {
+        1 if v2_fields => return Err("a version-1 manifest holds bucket fields".into()),
+        1 => {}
+        2 => {}
+        v => {
+            return Err(format!(
+                "unsupported manifest version {v} (supported: 1, 2)"
+            ))
+        }
+    }
+    check_checkpoint_id(&m.id).map_err(|e| e.to_string())?;
+    crate::paths::check_workspace_id(&m.workspace_id).map_err(|e| e.to_string())?;
+    if let Some(p) = &m.parent_id {
+        check_checkpoint_id(p).map_err(|e| format!("parent: {e}"))?;
+    }
+    if m.created.is_empty() || m.created.len() > 64 {
+        return Err("the manifest's created time is malformed".into());
+    }
+    let mut paths: Vec<&str> = Vec::with_capacity(m.files.len());
+    for f in &m.files {
+        crate::paths::check_checkpoint_path(&f.path).map_err(|e| e.to_string())?;
+        if !valid_sha(&f.sha256) {
+            return Err(format!("{}: sha256 is not 64 lowercase hex digits", f.path));
+        }
+        if f.mode > 0o777 {
+            return Err(format!("{}: mode {:o} is above 0777", f.path, f.mode));
+        }
+        check_props(&f.path, f.content_type.as_deref(), &f.metadata)?;
+        paths.push(&f.path);
+    }
+    paths.sort_unstable();
+    for pair in paths.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a == b {
+            return Err(format!("{a} is listed twice"));
+        }
+    }
+    // A file may not also be a directory of another file ("a" and "a/b").
+    let set: HashSet<&str> = paths.iter().copied().collect();
+    for p in &paths {
+        let mut rest = *p;
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if set.contains(parent) {
+                return Err(format!("{parent} is both a file and a directory"));
+            }
+            rest = parent;
+        }
+    }
+    if m.version == 2 {
+        let Some(primary) = &m.primary_bucket else {
+            return Err("a version-2 manifest names no primary bucket".into());
+        };
+        let mut buckets = HashSet::new();
+        for b in &m.buckets {
+            stow_store::validate::bucket_name(b).map_err(|e| e.to_string())?;
+            if !buckets.insert(b.as_str()) {
+                return Err(format!("bucket {b} is listed twice"));
+            }
+        }
+        if !buckets.contains(primary.as_str()) {
+            return Err(format!("the primary bucket {primary} is not listed"));
+        }
+        let mut keys = HashSet::new();
+        for o in &m.objects {
+            if !buckets.contains(o.bucket.as_str()) {
+                return Err(format!(
+                    "object {}/{} names an unlisted bucket",
+                    o.bucket, o.key
+                ));
+            }
+            stow_store::validate::object_key(&o.key).map_err(|e| e.to_string())?;
+            if !keys.insert((o.bucket.as_str(), o.key.as_str())) {
+                return Err(format!("object {}/{} is listed twice", o.bucket, o.key));
+            }
+            if !valid_sha(&o.sha256) {
+                return Err(format!(
+                    "object {}/{}: sha256 is malformed",
+                    o.bucket, o.key
+                ));
+            }
+            let what = format!("object {}/{}", o.bucket, o.key);
+            check_props(&what, o.content_type.as_deref(), &o.metadata)?;
+        }
+    }
+    Ok(())
+}
+
+/// S3 properties as the store accepts them: a content type of at most
+/// 1024 bytes without line breaks; lower-case metadata keys, at most 2 KiB
+/// of keys and values together.
+fn check_props(
+    what: &str,
+    content_type: Option<&str>,
+    metadata: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    if let Some(ct) = content_type {
+        if ct.len() > 1024 || ct.contains(['\r', '\n']) {
+            return Err(format!("{what}: content type is malformed"));
+        }
+    }
+    let total: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > 2048
+        || metadata
+            .keys()
+            .any(|k| k.is_empty() || *k != k.to_lowercase())
+    {
+        return Err(format!("{what}: metadata is malformed"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -56,11 +56,14 @@ pub use format::{
 pub use gc::{gc, GcResult};
 pub use materialize::verify;
 
-pub(crate) use blobs::read_blob;
+pub(crate) use blobs::{blob_ok, blob_path, discard, read_blob, stage_reader, Payload, StageError};
 pub(crate) use capture::capture_locked;
+pub(crate) use capture::{admit, RetentionCaps};
 pub(crate) use delete::delete_workspace_checkpoints;
 pub(crate) use format::object_as_file;
+pub(crate) use format::validate_manifest;
 pub(crate) use materialize::materialize;
+pub(crate) use publish::publish;
 
 pub(crate) fn state(registry: &Registry) -> PathBuf {
     registry.state_dir()

@@ -1,0 +1,504 @@
+//! Reading archives: `preview` (validate, extract nothing) and `import`
+//! (validate into private staging, then publish), over one streaming
+//! validator.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::tarfmt::{next_entry, padding, skip};
+use super::{
+    check_sensitive, expected_entries, payload_bytes, sensitive_paths, ArchiveHeader,
+    ArchiveLimits, MANIFEST_ENTRY, MAX_MANIFEST_BYTES, MAX_TRAILER_BYTES,
+};
+use crate::checkpoint::{
+    admit, blob_ok, discard, publish, stage_reader, summaries, validate_manifest,
+    CheckpointManifest, CheckpointResult, Payload, RetentionCaps, StageError, Summary,
+};
+use crate::error::{Result, WsError};
+use crate::fsutil::{create_private_dir, hex};
+use crate::progress::Progress;
+use crate::registry::Registry;
+
+fn invalid(msg: impl Into<String>) -> WsError {
+    WsError::InvalidArchive(msg.into())
+}
+
+/// Where verified payload bytes go.
+trait Sink {
+    /// Consumes exactly `size` bytes of `body` (an entry expected to hold
+    /// `sha256`) and returns what it made of them.
+    fn accept(&mut self, sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload>;
+}
+
+/// Reads an archive from `input`, checking every rule of the format;
+/// `admit` sees the decoded manifest before any payload is read. Returns
+/// the manifest and the sink's payloads in manifest-file order followed by
+/// object bodies (by entry name). On failure, whatever the sink staged is
+/// discarded.
+fn read_archive(
+    input: &mut dyn Read,
+    limits: ArchiveLimits,
+    admit: &mut dyn FnMut(&CheckpointManifest) -> Result<()>,
+    sink: &mut dyn Sink,
+    progress: Option<&dyn Progress>,
+) -> Result<(CheckpointManifest, HashMap<String, Payload>)> {
+    let mut gz = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, input));
+    let m = read_manifest(&mut gz, limits)?;
+    admit(&m)?;
+    let mut expected: HashMap<String, (u64, String)> = expected_entries(&m)
+        .into_iter()
+        .map(|e| (e.name, (e.size, e.sha256)))
+        .collect();
+    let total = payload_bytes(&m);
+    let mut done = 0u64;
+    let mut got: HashMap<String, Payload> = HashMap::with_capacity(expected.len());
+    let result = (|| -> Result<()> {
+        while let Some((name, size)) = next_entry(&mut gz).map_err(invalid)? {
+            let Some((want_size, sha)) = expected.remove(&name) else {
+                return Err(invalid(
+                    if got.contains_key(&name) || name == MANIFEST_ENTRY {
+                        format!("entry {name:?} appears twice")
+                    } else {
+                        format!("entry {name:?} is not a payload of the manifest")
+                    },
+                ));
+            };
+            if size != want_size {
+                return Err(invalid(format!(
+                    "entry {name:?} holds {size} bytes; the manifest says {want_size}"
+                )));
+            }
+            let p = sink.accept(&sha, size, &mut gz)?;
+            if p.sha256 != sha {
+                discard(std::slice::from_ref(&p));
+                return Err(invalid(format!(
+                    "entry {name:?} does not match its digest in the manifest"
+                )));
+            }
+            got.insert(name, p);
+            skip(&mut gz, padding(size)).map_err(invalid)?;
+            done += size;
+            if let Some(pr) = progress {
+                pr.update("import", done, total);
+            }
+        }
+        if let Some(missing) = expected.keys().min() {
+            return Err(invalid(format!("entry {missing:?} is missing")));
+        }
+        check_trailer(&mut gz)
+    })();
+    match result {
+        Ok(()) => Ok((m, got)),
+        Err(e) => {
+            let staged: Vec<Payload> = got.into_values().collect();
+            discard(&staged);
+            Err(e)
+        }
+    }
+}
+
+/// Reads and strictly decodes the first entry.
+fn read_manifest(gz: &mut dyn Read, limits: ArchiveLimits) -> Result<CheckpointManifest> {
+    let not_gzip = |e: String| {
+        invalid(format!(
+            "not a stow checkpoint archive (gzip tar with manifest.json first): {e}"
+        ))
+    };
+    let (name, size) = next_entry(gz)
+        .map_err(not_gzip)?
+        .ok_or_else(|| invalid("the archive is empty"))?;
+    if name != MANIFEST_ENTRY {
+        return Err(invalid(format!(
+            "the first entry is {name:?}, not {MANIFEST_ENTRY}"
+        )));
+    }
+    if size > MAX_MANIFEST_BYTES {
+        return Err(invalid(format!(
+            "{MANIFEST_ENTRY} is {size} bytes, over the limit of {MAX_MANIFEST_BYTES}"
+        )));
+    }
+    let mut bytes = vec![0u8; size as usize];
+    gz.read_exact(&mut bytes)
+        .map_err(|e| invalid(format!("the tar stream ends early ({e})")))?;
+    skip(gz, padding(size)).map_err(invalid)?;
+    let h: ArchiveHeader = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("{MANIFEST_ENTRY} is malformed: {e}")))?;
+    if h.format_version != h.manifest.version {
+        return Err(invalid(format!(
+            "format_version {} disagrees with manifest version {}",
+            h.format_version, h.manifest.version
+        )));
+    }
+    validate_manifest(&h.manifest).map_err(|e| invalid(format!("{MANIFEST_ENTRY}: {e}")))?;
+    limits.check(&h.manifest)?;
+    Ok(h.manifest)
+}
+
+/// After the end-of-archive block: the second zero block and at most
+/// 1 MiB of further zeros, then the end of the (intact) gzip stream.
+fn check_trailer(gz: &mut dyn Read) -> Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut total = 0u64;
+    loop {
+        let n = match gz.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(invalid(format!("the gzip stream is corrupt: {e}"))),
+        };
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Err(invalid("non-zero data follows the end of the tar"));
+        }
+        total += n as u64;
+        if total > MAX_TRAILER_BYTES {
+            return Err(invalid("more than 1 MiB follows the end of the tar"));
+        }
+    }
+    if total < 512 {
+        return Err(invalid("the tar's end-of-archive marker is incomplete"));
+    }
+    Ok(())
+}
+
+/// Reads `size` bytes, returning their digest (`stage_reader`'s size rule).
+fn hash_exact(body: &mut dyn Read, size: u64) -> Result<String> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut left = size;
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        let n = match body.read(&mut buf[..want]) {
+            Ok(0) => return Err(invalid("the tar stream ends inside an entry")),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(invalid(format!("the gzip stream is corrupt: {e}"))),
+        };
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// Preview's sink: hashes, keeps nothing.
+struct HashOnly;
+
+impl Sink for HashOnly {
+    fn accept(&mut self, _sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload> {
+        Ok(Payload {
+            sha256: hash_exact(body, size)?,
+            staged: None,
+        })
+    }
+}
+
+/// Import's sink: stages new bytes in the registry's `tmp/`; a payload
+/// the blob store holds already is only hashed (stored once).
+struct Staging<'a> {
+    registry: &'a Registry,
+    tmp: PathBuf,
+}
+
+impl Sink for Staging<'_> {
+    fn accept(&mut self, sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload> {
+        if blob_ok(self.registry, sha256, size) {
+            return HashOnly.accept(sha256, size, body);
+        }
+        // Exactly the entry: its padding follows in the stream.
+        let mut entry = body.take(size);
+        stage_reader(self.registry, &self.tmp, &mut entry, size).map_err(|e| match e {
+            StageError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                invalid("the tar stream ends inside an entry")
+            }
+            StageError::Io(e) if is_decode_error(&e) => {
+                invalid(format!("the gzip stream is corrupt: {e}"))
+            }
+            StageError::Io(e) => WsError::io_at("stage", &self.tmp, e),
+            StageError::Size { got } => invalid(format!(
+                "the tar stream ends inside an entry ({got} of {size} bytes)"
+            )),
+        })
+    }
+}
+
+/// Whether a read error came from decoding (not from the disk).
+fn is_decode_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+    )
+}
+
+/// One file of a preview.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// One object of a portable archive's preview.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewObject {
+    pub bucket: String,
+    pub key: String,
+    pub size: u64,
+}
+
+/// The result of `preview`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewResult {
+    pub version: u32,
+    pub checkpoint_id: String,
+    pub workspace_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_checkpoint_id: Option<String>,
+    /// The checkpoint format (1 files; 2 portable, with the bucket).
+    pub format_version: u32,
+    pub created: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary_bucket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<Vec<PreviewObject>>,
+    /// Every file, sorted by path.
+    pub files: Vec<PreviewFile>,
+    /// Payload bytes (files and objects).
+    pub bytes: u64,
+    /// Paths the capture excluded as sensitive-looking.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub excluded_sensitive_paths: Vec<String>,
+    /// Included paths that look sensitive (objects as `s3://bucket/key`),
+    /// for review before import.
+    pub sensitive_paths: Vec<String>,
+}
+
+fn open_archive(path: &Path) -> Result<File> {
+    let f = File::open(path).map_err(|e| WsError::io_at("open archive", path, e))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| WsError::io_at("open archive", path, e))?;
+    if !meta.is_file() {
+        return Err(invalid(format!("{} is not a regular file", path.display())));
+    }
+    Ok(f)
+}
+
+/// Validates an archive completely (paths, types, sizes, digests, trailer)
+/// without extracting anything or touching a registry.
+pub fn preview(archive: &Path, limits: ArchiveLimits) -> Result<PreviewResult> {
+    let mut f = open_archive(archive)?;
+    let (m, _) = read_archive(&mut f, limits, &mut |_| Ok(()), &mut HashOnly, None)?;
+    let mut files: Vec<PreviewFile> = m
+        .files
+        .iter()
+        .map(|f| PreviewFile {
+            path: f.path.clone(),
+            size: f.size,
+        })
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let portable = m.version == 2;
+    Ok(PreviewResult {
+        version: 1,
+        checkpoint_id: m.id.clone(),
+        workspace_id: m.workspace_id.clone(),
+        parent_checkpoint_id: m.parent_id.clone(),
+        format_version: m.version,
+        created: m.created.clone(),
+        primary_bucket: m.primary_bucket.clone(),
+        buckets: portable.then(|| m.buckets.clone()),
+        objects: portable.then(|| {
+            m.objects
+                .iter()
+                .map(|o| PreviewObject {
+                    bucket: o.bucket.clone(),
+                    key: o.key.clone(),
+                    size: o.size,
+                })
+                .collect()
+        }),
+        files,
+        bytes: payload_bytes(&m),
+        excluded_sensitive_paths: m.excluded.clone(),
+        sensitive_paths: sensitive_paths(&m),
+    })
+}
+
+/// Options of an import.
+#[derive(Default)]
+pub struct ImportOptions<'a> {
+    /// Import sensitive-looking paths (refused without it).
+    pub include_sensitive: bool,
+    pub limits: ArchiveLimits,
+    /// Receives payload bytes read so far.
+    pub progress: Option<&'a dyn Progress>,
+}
+
+/// Imports an archive into `registry`: validated in private staging, then
+/// published as a checkpoint atomically (payloads the blob store holds are
+/// not stored twice). An existing checkpoint ID is refused; receipts are
+/// not imported. The workspace need not be registered here.
+pub fn import(
+    registry: &Registry,
+    archive: &Path,
+    opts: &ImportOptions,
+) -> Result<CheckpointResult> {
+    import_with_digest(registry, archive, opts, None)
+}
+
+/// What a handoff says its archive is.
+pub(crate) struct Expectation<'a> {
+    /// SHA-256 of the archive file.
+    pub sha256: &'a str,
+    pub workspace_id: &'a str,
+    pub checkpoint_id: Option<&'a str>,
+}
+
+/// [`import`] of a handed-off archive: its checkpoint must be the one the
+/// handoff names, and the file's SHA-256 as read must be the handoff's
+/// (adopt checks the digest before creating anything; this check keeps a
+/// file swapped in meanwhile from being imported).
+pub(crate) fn import_with_digest(
+    registry: &Registry,
+    archive: &Path,
+    opts: &ImportOptions,
+    expect: Option<&Expectation>,
+) -> Result<CheckpointResult> {
+    let file = open_archive(archive)?;
+    let mut reader = HashingReader {
+        inner: file,
+        sha: Sha256::new(),
+    };
+    registry.ensure()?;
+    // Held throughout: garbage collection (which clears `tmp/`) and
+    // captures wait, and the ID check below stays true until publication.
+    let _lock = registry.lock()?;
+    let tmp = registry.state_dir().join("tmp");
+    create_private_dir(&tmp)?;
+    let mut all: Vec<Summary> = Vec::new();
+    let mut admit_manifest = |m: &CheckpointManifest| -> Result<()> {
+        if let Some(x) = expect {
+            let cp_differs = x.checkpoint_id.is_some_and(|cp| cp != m.id);
+            if x.workspace_id != m.workspace_id || cp_differs {
+                return Err(invalid(format!(
+                    "the archive holds checkpoint {} of workspace {}, not the one the handoff names",
+                    m.id, m.workspace_id
+                )));
+            }
+        }
+        check_sensitive(m, opts.include_sensitive)?;
+        if registry
+            .state_dir()
+            .join("checkpoints")
+            .join(&m.id)
+            .exists()
+        {
+            return Err(WsError::AlreadyExists(format!("checkpoint {}", m.id)));
+        }
+        all = summaries(registry)?;
+        let caps = registry
+            .get(&m.workspace_id)
+            .map(|r| RetentionCaps::of(&r))
+            .unwrap_or_default();
+        admit(registry, &m.workspace_id, caps, payload_bytes(m), &all)
+    };
+    let mut sink = Staging { registry, tmp };
+    let (m, got) = read_archive(
+        &mut reader,
+        opts.limits,
+        &mut admit_manifest,
+        &mut sink,
+        opts.progress,
+    )?;
+    // Payloads in manifest order (files, then distinct object bodies).
+    let mut order: Vec<(&Payload, u64)> = Vec::with_capacity(got.len());
+    for f in &m.files {
+        if let Some(p) = got.get(&format!("files/{}", f.path)) {
+            order.push((p, f.size));
+        }
+    }
+    for o in &m.objects {
+        if let Some(p) = got.get(&format!("objects/{}", o.sha256)) {
+            if !order.iter().any(|(q, _)| std::ptr::eq(*q, p)) {
+                order.push((p, o.size));
+            }
+        }
+    }
+    let abandon = |e: WsError| -> Result<CheckpointResult> {
+        let staged: Vec<&Payload> = got.values().collect();
+        for p in staged {
+            discard(std::slice::from_ref(p));
+        }
+        Err(e)
+    };
+    if let Some(want) = expect.map(|x| x.sha256) {
+        // Drain what the validator did not need to read (nothing, for a
+        // well-formed archive) so the digest covers the whole file.
+        if let Err(e) = std::io::copy(&mut reader, &mut std::io::sink()) {
+            return abandon(WsError::io_at("read archive", archive, e));
+        }
+        if hex(&reader.sha.clone().finalize()) != want {
+            return abandon(invalid(format!(
+                "{} changed while it was imported",
+                archive.display()
+            )));
+        }
+    }
+    let summary = Summary {
+        version: 1,
+        id: m.id.clone(),
+        workspace_id: m.workspace_id.clone(),
+        parent_id: m.parent_id.clone(),
+        created: m.created.clone(),
+        files: m.files.len() as u64,
+        bytes: payload_bytes(&m),
+    };
+    let stored_bytes = match publish(registry, &m.id, &order, &m, &summary) {
+        Ok(n) => n,
+        Err(e) => return abandon(e),
+    };
+    Ok(CheckpointResult {
+        version: 1,
+        checkpoint_id: m.id.clone(),
+        workspace_id: m.workspace_id.clone(),
+        parent_checkpoint_id: m.parent_id.clone(),
+        created: m.created.clone(),
+        files: m.files.len() as u64,
+        bytes: summary.bytes,
+        stored_bytes,
+        objects: (m.version == 2).then_some(m.objects.len() as u64),
+        excluded_sensitive_paths: m.excluded.clone(),
+    })
+}
+
+/// Hashes everything read through it.
+struct HashingReader<R> {
+    inner: R,
+    sha: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Reads a whole archive file's SHA-256 (a handoff's digest check).
+pub(crate) fn file_sha256(path: &Path) -> Result<(String, u64)> {
+    let mut r = HashingReader {
+        inner: open_archive(path)?,
+        sha: Sha256::new(),
+    };
+    let n = std::io::copy(&mut r, &mut std::io::sink())
+        .map_err(|e| WsError::io_at("read archive", path, e))?;
+    Ok((hex(&r.sha.finalize()), n))
+}
