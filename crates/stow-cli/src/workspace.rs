@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use stow_workspace::admin::{self, PolicyUpdate};
 use stow_workspace::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
 use stow_workspace::handoff::AdoptOptions;
 use stow_workspace::keyed::{keyed_capture, KeyedRequest};
 use stow_workspace::restore::{self, RestoreLimits};
@@ -154,6 +155,40 @@ pub enum WorkspaceCommand {
         archive: PathBuf,
         #[command(flatten)]
         transfer: TransferArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Record the changes from one checkpoint to another (of one
+    /// workspace), with the target's bytes, in a new document.
+    Delta {
+        /// The base checkpoint.
+        #[arg(long)]
+        from: String,
+        /// The target checkpoint.
+        #[arg(long)]
+        to: String,
+        /// The document to create (never replaced).
+        #[arg(long)]
+        output: PathBuf,
+        #[command(flatten)]
+        transfer: TransferArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Apply a delta to its base, publishing a new checkpoint (the base is
+    /// unchanged).
+    Apply {
+        #[arg(long)]
+        delta: PathBuf,
+        /// The checkpoint to apply it to.
+        #[arg(long)]
+        base: String,
+        /// The document's SHA-256, checked before it is decoded.
+        #[arg(long)]
+        expect_sha256: Option<String>,
+        /// Allow sensitive-looking paths (the delta must carry them on purpose).
+        #[arg(long)]
+        include_sensitive: bool,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -446,6 +481,37 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 },
             )?)
         }
+        C::Delta {
+            from,
+            to,
+            output,
+            transfer,
+            registry,
+        } => json(delta::delta(
+            &registry.open()?,
+            &from,
+            &to,
+            &output,
+            DeltaOptions {
+                include_sensitive: transfer.include_sensitive,
+                limits: transfer.limits(),
+            },
+        )?),
+        C::Apply {
+            delta: path,
+            base,
+            expect_sha256,
+            include_sensitive,
+            registry,
+        } => json(delta::apply(
+            &registry.open()?,
+            &path,
+            &base,
+            &ApplyOptions {
+                expect_sha256,
+                include_sensitive,
+            },
+        )?),
         C::Gc { registry } => json(checkpoint::gc(&registry.open()?)?),
         C::Diff { from, to, registry } => json(checkpoint::diff(&registry.open()?, &from, &to)?),
         C::Restore {

@@ -39,6 +39,12 @@ pub enum WsError {
         checkpoint_id: String,
         reason: String,
     },
+    /// A delta's preconditions do not hold on the named base.
+    #[error("delta refused: the base has diverged from the delta ({0})")]
+    DeltaConflict(String),
+    /// A delta document is malformed or does not verify.
+    #[error("delta refused: {0}")]
+    InvalidDelta(String),
     /// A transfer archive breaks a rule of its format (structure, names,
     /// entry types, sizes, digests, trailer, compression).
     #[error("invalid archive: {0}")]
@@ -103,6 +109,8 @@ impl WsError {
             WsError::NotFound(_) => "not_found",
             WsError::AlreadyExists(_) => "already_exists",
             WsError::InvalidArchive(_) => "invalid_archive",
+            WsError::DeltaConflict(_) => "delta_conflict",
+            WsError::InvalidDelta(_) => "invalid_delta",
             WsError::PartialImport { .. } => "partial_import",
             WsError::InUse(_) => "in_use",
             WsError::Refused(_) => "refused",

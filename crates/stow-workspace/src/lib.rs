@@ -10,6 +10,7 @@ pub mod admin;
 pub mod archive;
 pub mod bucket;
 pub mod checkpoint;
+pub mod delta;
 mod error;
 pub mod fsutil;
 mod git;

@@ -300,7 +300,7 @@ pub(super) fn discard_pairs(v: &[(Payload, u64)]) {
 }
 
 /// Stages bytes already in memory as a blob candidate.
-pub(super) fn stage_bytes(registry: &Registry, tmp: &Path, body: &[u8]) -> Result<Payload> {
+pub(crate) fn stage_bytes(registry: &Registry, tmp: &Path, body: &[u8]) -> Result<Payload> {
     let sha = hex(&Sha256::digest(body));
     if blob_ok(registry, &sha, body.len() as u64) {
         return Ok(Payload {

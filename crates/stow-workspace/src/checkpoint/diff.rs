@@ -48,6 +48,22 @@ pub fn diff(registry: &Registry, from: &str, to: &str) -> Result<DiffResult> {
 
 /// Sorted differences of two file lists.
 pub fn diff_files(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
+    diff_files_by(a, b, |f, t| {
+        f.sha256 == t.sha256 && f.mode == t.mode && f.size == t.size
+    })
+}
+
+/// Sorted differences of two file lists in any field, S3 properties
+/// included (what a delta must carry to reproduce its target exactly).
+pub(crate) fn diff_files_exact(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
+    diff_files_by(a, b, |f, t| f == t)
+}
+
+fn diff_files_by(
+    a: &[FileEntry],
+    b: &[FileEntry],
+    same: impl Fn(&FileEntry, &FileEntry) -> bool,
+) -> Vec<Change> {
     let am: BTreeMap<&str, &FileEntry> = a.iter().map(|f| (f.path.as_str(), f)).collect();
     let bm: BTreeMap<&str, &FileEntry> = b.iter().map(|f| (f.path.as_str(), f)).collect();
     let paths: BTreeSet<&str> = am.keys().chain(bm.keys()).copied().collect();
@@ -56,7 +72,7 @@ pub fn diff_files(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
         let (kind, from, to) = match (am.get(p), bm.get(p)) {
             (None, Some(t)) => ("added", None, Some((*t).clone())),
             (Some(f), None) => ("deleted", Some((*f).clone()), None),
-            (Some(f), Some(t)) if f.sha256 != t.sha256 || f.mode != t.mode || f.size != t.size => {
+            (Some(f), Some(t)) if !same(f, t) => {
                 ("changed", Some((*f).clone()), Some((*t).clone()))
             }
             _ => continue,
@@ -90,7 +106,7 @@ pub struct ObjectChange {
     pub to: Option<ObjectEntry>,
 }
 
-pub(super) fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
+pub(crate) fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
     let a: BTreeSet<&String> = a.iter().collect();
     let b: BTreeSet<&String> = b.iter().collect();
     let mut out: Vec<BucketChange> = b
@@ -108,7 +124,7 @@ pub(super) fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
     out
 }
 
-pub(super) fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectChange> {
+pub(crate) fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectChange> {
     let key = |o: &ObjectEntry| (o.bucket.clone(), o.key.clone());
     let am: BTreeMap<(String, String), &ObjectEntry> = a.iter().map(|o| (key(o), o)).collect();
     let bm: BTreeMap<(String, String), &ObjectEntry> = b.iter().map(|o| (key(o), o)).collect();

@@ -56,10 +56,13 @@ pub use format::{
 pub use gc::{gc, GcResult};
 pub use materialize::verify;
 
-pub(crate) use blobs::{blob_ok, blob_path, discard, read_blob, stage_reader, Payload, StageError};
+pub(crate) use blobs::{
+    blob_ok, blob_path, discard, read_blob, stage_bytes, stage_reader, Payload, StageError,
+};
 pub(crate) use capture::capture_locked;
 pub(crate) use capture::{admit, RetentionCaps};
 pub(crate) use delete::delete_workspace_checkpoints;
+pub(crate) use diff::{diff_buckets, diff_files_exact, diff_objects};
 pub(crate) use format::object_as_file;
 pub(crate) use format::validate_manifest;
 pub(crate) use materialize::materialize;
