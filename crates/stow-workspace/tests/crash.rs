@@ -1,4 +1,5 @@
-//! SIGKILL crash test of checkpoints.
+//! SIGKILL crash tests of checkpoints: capture and delete, and the two
+//! other ways a checkpoint is published, import and delta apply.
 //!
 //! `sigkill_during_capture_and_delete` re-executes this test binary as a
 //! child running `crash_child` (a no-op unless `STOW_WS_CRASH_CHILD` is set).
@@ -20,7 +21,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use stow_workspace::archive::{self, ExportOptions, ImportOptions};
 use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry};
 
@@ -142,4 +145,144 @@ fn sigkill_during_capture_and_delete() {
     }
     assert!(seen > 0, "the child never published a checkpoint");
     eprintln!("verified and restored {seen} checkpoints across {iters} kills");
+}
+
+/// Child of `sigkill_during_import_and_apply`: imports the fixture's
+/// archive into a fresh registry per round and applies its delta to the
+/// base, forever.
+#[test]
+fn transfer_crash_child() {
+    let Ok(dir) = std::env::var("STOW_WS_TRANSFER_CHILD") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let base = fs::read_to_string(dir.join("base_id")).unwrap();
+    let start: u64 = std::env::var("STOW_WS_CRASH_SEED")
+        .unwrap()
+        .parse()
+        .unwrap();
+    for round in start.. {
+        let into = Registry::resolve(Some(&dir.join(format!("imports/{round}"))), None).unwrap();
+        let _ = archive::import(&into, &dir.join("a.tar.gz"), &ImportOptions::default());
+        let _ = delta::apply(&reg, &dir.join("d.json"), &base, &ApplyOptions::default());
+    }
+}
+
+#[test]
+fn sigkill_during_import_and_apply() {
+    if std::env::var("STOW_WS_TRANSFER_CHILD").is_ok() {
+        return;
+    }
+    let iters: u64 = std::env::var("STOW_WS_CRASH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    fs::create_dir(dir.join("in")).unwrap();
+    // Enough payloads that a kill lands inside staging, naming or publication.
+    for i in 0..120 {
+        fs::write(
+            dir.join(format!("in/f{i}.bin")),
+            vec![i as u8; 20_000 + i * 512],
+        )
+        .unwrap();
+    }
+    fs::write(
+        dir.join("task.json"),
+        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
+    )
+    .unwrap();
+    let ws = prepare(&dir.join("task.json")).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let base = checkpoint::capture(&reg, &ws.workspace_id, &CaptureOptions::default()).unwrap();
+    for i in 0..30 {
+        fs::write(
+            ws.root.join(format!("f{i}.bin")),
+            vec![255 - i as u8; 9_000],
+        )
+        .unwrap();
+    }
+    let target = checkpoint::capture(&reg, &ws.workspace_id, &CaptureOptions::default()).unwrap();
+    archive::export(
+        &reg,
+        &target.checkpoint_id,
+        &dir.join("a.tar.gz"),
+        &ExportOptions::default(),
+    )
+    .unwrap();
+    delta::delta(
+        &reg,
+        &base.checkpoint_id,
+        &target.checkpoint_id,
+        &dir.join("d.json"),
+        DeltaOptions::default(),
+    )
+    .unwrap();
+    fs::write(dir.join("base_id"), &base.checkpoint_id).unwrap();
+    let want = checkpoint::load_manifest(&reg, &target.checkpoint_id).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let (mut whole, mut empty, mut applied) = (0, 0, 0);
+    for i in 0..iters {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "transfer_crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("STOW_WS_TRANSFER_CHILD", &dir)
+            .env("STOW_WS_CRASH_SEED", (i * 1000).to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(120 + (i * 173) % 700));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Each import registry holds the whole checkpoint or none of it.
+        for e in fs::read_dir(dir.join("imports"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let into = Registry::resolve(Some(&e.path()), None).unwrap();
+            match checkpoint::summaries(&into).unwrap().as_slice() {
+                [] => empty += 1,
+                [s] => {
+                    let m = checkpoint::verify(&into, &s.id).unwrap();
+                    assert_eq!(m.files, want.files, "iteration {i}: partial import");
+                    whole += 1;
+                }
+                more => panic!("iteration {i}: {} checkpoints from one import", more.len()),
+            }
+            // A retry completes it, whatever the kill left.
+            let again = archive::import(&into, &dir.join("a.tar.gz"), &ImportOptions::default());
+            assert!(
+                again.is_ok() || again.as_ref().is_err_and(|e| e.code() == "already_exists"),
+                "{again:?}"
+            );
+            fs::remove_dir_all(e.path()).unwrap();
+        }
+        // Every applied checkpoint is whole and equals the target's files.
+        for s in checkpoint::summaries(&reg).unwrap() {
+            let m = checkpoint::verify(&reg, &s.id)
+                .unwrap_or_else(|e| panic!("iteration {i}: checkpoint {} is broken: {e}", s.id));
+            if s.id != base.checkpoint_id && s.id != target.checkpoint_id {
+                assert_eq!(m.files, want.files);
+                applied += 1;
+            }
+        }
+        for s in checkpoint::summaries(&reg).unwrap() {
+            if s.id != base.checkpoint_id && s.id != target.checkpoint_id {
+                checkpoint::delete(&reg, &s.id).unwrap();
+            }
+        }
+    }
+    assert!(
+        whole + applied > 0,
+        "the child never finished an import or apply"
+    );
+    eprintln!("{iters} kills: {whole} whole imports, {empty} empty, {applied} applies verified");
 }
