@@ -184,7 +184,7 @@ fn transfer(
                 sh("sync", top)?;
                 Ok(work())
             })?;
-            tar_sync.push(then(run.clone(), sync));
+            tar_sync.push(then(run, sync));
             Ok(run)
         }
     })?;
@@ -292,7 +292,7 @@ fn transfer(
                 sh("sync", top)?;
                 Ok(work())
             })?;
-            xsync.push(then(run.clone(), sync));
+            xsync.push(then(run, sync));
             Ok(run)
         }
     })?;
