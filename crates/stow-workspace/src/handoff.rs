@@ -15,7 +15,7 @@ use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, write_new_file};
 use crate::manifest::check_new_root;
 use crate::prepare::WorkspaceResult;
-use crate::progress::Progress;
+use crate::progress::{PhaseClock, Progress};
 use crate::registry::Registry;
 use crate::restore::{restore_as, RestoreLimits};
 
@@ -215,8 +215,10 @@ pub fn adopt(
             archive.bytes
         )));
     }
+    let mut clock = PhaseClock::start("adopt");
     let want = archive.sha256.to_ascii_lowercase();
     let (sha, _) = file_sha256(&path)?;
+    clock.lap("digest");
     if sha != want {
         return Err(WsError::InvalidArchive(format!(
             "{} does not match the handoff's sha256 (it is not the archive that was handed off)",
@@ -234,17 +236,21 @@ pub fn adopt(
         checkpoint_id: doc.checkpoint_id.as_deref(),
     };
     let imported = import_with_digest(&registry, &path, &import, Some(&expect))?;
+    clock.lap("import");
     let limits = RestoreLimits {
         max_bytes: opts.limits.max_bytes,
         max_files: opts.limits.max_files,
         progress: opts.progress,
     };
-    restore_as(&registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
-        WsError::PartialImport {
-            checkpoint_id: imported.checkpoint_id.clone(),
-            reason: e.to_string(),
-        }
-    })
+    let restored =
+        restore_as(&registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
+            WsError::PartialImport {
+                checkpoint_id: imported.checkpoint_id.clone(),
+                reason: e.to_string(),
+            }
+        });
+    clock.lap("restore");
+    restored
 }
 
 /// Resumes from a handoff document: the registry comes from the document.

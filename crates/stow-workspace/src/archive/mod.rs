@@ -18,6 +18,7 @@
 //! a capture (`checkpoint::publish`).
 
 mod gz;
+mod payloads;
 mod read;
 mod tarfmt;
 mod write;

@@ -2,49 +2,42 @@
 //! (validate into private staging, then publish), over one streaming
 //! validator.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::payloads::{Keep, Payloads};
 use super::tarfmt::{next_entry, padding, skip};
 use super::{
     check_sensitive, expected_entries, payload_bytes, sensitive_paths, ArchiveHeader,
     ArchiveLimits, MANIFEST_ENTRY, MAX_MANIFEST_BYTES, MAX_TRAILER_BYTES,
 };
 use crate::checkpoint::{
-    admit, blob_ok, discard, publish, stage_reader, summaries, validate_manifest,
-    CheckpointManifest, CheckpointResult, Payload, RetentionCaps, StageError, Summary,
+    admit, discard, publish, summaries, validate_manifest, CheckpointManifest, CheckpointResult,
+    Payload, RetentionCaps, Summary,
 };
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, hex};
-use crate::progress::Progress;
+use crate::progress::{PhaseClock, Progress};
 use crate::registry::Registry;
 
 fn invalid(msg: impl Into<String>) -> WsError {
     WsError::InvalidArchive(msg.into())
 }
 
-/// Where verified payload bytes go.
-trait Sink {
-    /// Consumes exactly `size` bytes of `body` (an entry expected to hold
-    /// `sha256`) and returns what it made of them.
-    fn accept(&mut self, sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload>;
-}
-
 /// Reads an archive from `input`, checking every rule of the format;
 /// `admit` sees the decoded manifest before any payload is read. Returns
-/// the manifest and the sink's payloads in manifest-file order followed by
-/// object bodies (by entry name). On failure, whatever the sink staged is
-/// discarded.
+/// the manifest and every payload by entry name. On failure, whatever was
+/// staged is discarded.
 fn read_archive(
     input: &mut dyn Read,
     limits: ArchiveLimits,
     admit: &mut dyn FnMut(&CheckpointManifest) -> Result<()>,
-    sink: &mut dyn Sink,
+    keep: Keep,
     progress: Option<&dyn Progress>,
 ) -> Result<(CheckpointManifest, HashMap<String, Payload>)> {
     let mut gz = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, input));
@@ -56,31 +49,24 @@ fn read_archive(
         .collect();
     let total = payload_bytes(&m);
     let mut done = 0u64;
-    let mut got: HashMap<String, Payload> = HashMap::with_capacity(expected.len());
+    let mut seen: HashSet<String> = HashSet::with_capacity(expected.len());
+    let mut payloads = Payloads::new(keep);
     let result = (|| -> Result<()> {
         while let Some((name, size)) = next_entry(&mut gz).map_err(invalid)? {
             let Some((want_size, sha)) = expected.remove(&name) else {
-                return Err(invalid(
-                    if got.contains_key(&name) || name == MANIFEST_ENTRY {
-                        format!("entry {name:?} appears twice")
-                    } else {
-                        format!("entry {name:?} is not a payload of the manifest")
-                    },
-                ));
+                return Err(invalid(if seen.contains(&name) || name == MANIFEST_ENTRY {
+                    format!("entry {name:?} appears twice")
+                } else {
+                    format!("entry {name:?} is not a payload of the manifest")
+                }));
             };
             if size != want_size {
                 return Err(invalid(format!(
                     "entry {name:?} holds {size} bytes; the manifest says {want_size}"
                 )));
             }
-            let p = sink.accept(&sha, size, &mut gz)?;
-            if p.sha256 != sha {
-                discard(std::slice::from_ref(&p));
-                return Err(invalid(format!(
-                    "entry {name:?} does not match its digest in the manifest"
-                )));
-            }
-            got.insert(name, p);
+            seen.insert(name.clone());
+            payloads.accept(name, &sha, size, &mut gz)?;
             skip(&mut gz, padding(size)).map_err(invalid)?;
             done += size;
             if let Some(pr) = progress {
@@ -93,10 +79,9 @@ fn read_archive(
         check_trailer(&mut gz)
     })();
     match result {
-        Ok(()) => Ok((m, got)),
+        Ok(()) => Ok((m, payloads.finish()?)),
         Err(e) => {
-            let staged: Vec<Payload> = got.into_values().collect();
-            discard(&staged);
+            payloads.abandon();
             Err(e)
         }
     }
@@ -167,74 +152,6 @@ fn check_trailer(gz: &mut dyn Read) -> Result<()> {
     Ok(())
 }
 
-/// Reads `size` bytes, returning their digest (`stage_reader`'s size rule).
-fn hash_exact(body: &mut dyn Read, size: u64) -> Result<String> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 << 10];
-    let mut left = size;
-    while left > 0 {
-        let want = buf.len().min(left as usize);
-        let n = match body.read(&mut buf[..want]) {
-            Ok(0) => return Err(invalid("the tar stream ends inside an entry")),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(invalid(format!("the gzip stream is corrupt: {e}"))),
-        };
-        h.update(&buf[..n]);
-        left -= n as u64;
-    }
-    Ok(hex(&h.finalize()))
-}
-
-/// Preview's sink: hashes, keeps nothing.
-struct HashOnly;
-
-impl Sink for HashOnly {
-    fn accept(&mut self, _sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload> {
-        Ok(Payload {
-            sha256: hash_exact(body, size)?,
-            staged: None,
-        })
-    }
-}
-
-/// Import's sink: stages new bytes in the registry's `tmp/`; a payload
-/// the blob store holds already is only hashed (stored once).
-struct Staging<'a> {
-    registry: &'a Registry,
-    tmp: PathBuf,
-}
-
-impl Sink for Staging<'_> {
-    fn accept(&mut self, sha256: &str, size: u64, body: &mut dyn Read) -> Result<Payload> {
-        if blob_ok(self.registry, sha256, size) {
-            return HashOnly.accept(sha256, size, body);
-        }
-        // Exactly the entry: its padding follows in the stream.
-        let mut entry = body.take(size);
-        stage_reader(self.registry, &self.tmp, &mut entry, size).map_err(|e| match e {
-            StageError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                invalid("the tar stream ends inside an entry")
-            }
-            StageError::Io(e) if is_decode_error(&e) => {
-                invalid(format!("the gzip stream is corrupt: {e}"))
-            }
-            StageError::Io(e) => WsError::io_at("stage", &self.tmp, e),
-            StageError::Size { got } => invalid(format!(
-                "the tar stream ends inside an entry ({got} of {size} bytes)"
-            )),
-        })
-    }
-}
-
-/// Whether a read error came from decoding (not from the disk).
-fn is_decode_error(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
-    )
-}
-
 /// One file of a preview.
 #[derive(Debug, Clone, Serialize)]
 pub struct PreviewFile {
@@ -294,7 +211,7 @@ fn open_archive(path: &Path) -> Result<File> {
 /// without extracting anything or touching a registry.
 pub fn preview(archive: &Path, limits: ArchiveLimits) -> Result<PreviewResult> {
     let mut f = open_archive(archive)?;
-    let (m, _) = read_archive(&mut f, limits, &mut |_| Ok(()), &mut HashOnly, None)?;
+    let (m, _) = read_archive(&mut f, limits, &mut |_| Ok(()), Keep::Nothing, None)?;
     let mut files: Vec<PreviewFile> = m
         .files
         .iter()
@@ -409,14 +326,19 @@ pub(crate) fn import_with_digest(
             .unwrap_or_default();
         admit(registry, &m.workspace_id, caps, payload_bytes(m), &all)
     };
-    let mut sink = Staging { registry, tmp };
+    let mut clock = PhaseClock::start("import");
+    let keep = Keep::Stage {
+        registry: registry.clone(),
+        tmp,
+    };
     let (m, got) = read_archive(
         &mut reader,
         opts.limits,
         &mut admit_manifest,
-        &mut sink,
+        keep,
         opts.progress,
     )?;
+    clock.lap("read+stage");
     // Payloads in manifest order (files, then distinct object bodies).
     let mut order: Vec<(&Payload, u64)> = Vec::with_capacity(got.len());
     for f in &m.files {
@@ -464,6 +386,7 @@ pub(crate) fn import_with_digest(
         Ok(n) => n,
         Err(e) => return abandon(e),
     };
+    clock.lap("publish");
     Ok(CheckpointResult {
         version: 1,
         checkpoint_id: m.id.clone(),

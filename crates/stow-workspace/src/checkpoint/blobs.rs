@@ -109,6 +109,26 @@ pub(crate) fn stage_reader(
     })
 }
 
+/// Stages `body`, whose SHA-256 the caller computed (`sha256`), as a new
+/// blob candidate under `tmp`.
+pub(crate) fn stage_known(tmp: &Path, body: &[u8], sha256: String) -> Result<Payload> {
+    let staged = tmp.join(random_hex(12));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(&staged)
+        .and_then(|mut f| f.write_all(body));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&staged);
+        return Err(WsError::io_at("stage", &staged, e));
+    }
+    Ok(Payload {
+        sha256,
+        staged: Some(staged),
+    })
+}
+
 pub(crate) fn discard(produced: &[Payload]) {
     for p in produced {
         if let Some(t) = &p.staged {

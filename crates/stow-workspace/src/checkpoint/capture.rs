@@ -18,7 +18,7 @@ use super::{cache_path, now_ns, state};
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, hex, now_rfc3339, random_hex, FileLock};
 use crate::paths::check_checkpoint_id;
-use crate::progress::Progress;
+use crate::progress::{PhaseClock, Progress};
 use crate::registry::{min_bound, Registry};
 use crate::statcache::{unhex32, CacheEntry, StatCache};
 use crate::watch::TreeWatch;
@@ -115,7 +115,7 @@ pub(crate) fn capture_locked(
         )));
     }
     let scan_start = now_ns();
-    let mut clock = PhaseClock::start();
+    let mut clock = PhaseClock::start("capture");
     // Every directory is watched from before it is read, so the check after
     // copying needs no second scan (see `watch`).
     let watch = TreeWatch::new();
@@ -367,25 +367,6 @@ pub(crate) fn capture_locked(
         objects: opts.portable.then_some(object_count),
         excluded_sensitive_paths: excluded_paths,
     })
-}
-
-/// Logs how long each phase of a capture took (at debug level: `STOW_LOG=stow_workspace=debug`).
-pub(super) struct PhaseClock(std::time::Instant);
-
-impl PhaseClock {
-    fn start() -> Self {
-        Self(std::time::Instant::now())
-    }
-
-    fn lap(&mut self, phase: &str) {
-        let now = std::time::Instant::now();
-        tracing::debug!(
-            phase,
-            micros = (now - self.0).as_micros() as u64,
-            "capture phase"
-        );
-        self.0 = now;
-    }
 }
 
 /// A workspace's retention caps (0 = unlimited); a workspace not
