@@ -437,7 +437,14 @@ fn check_document(doc: &DeltaDocument) -> Result<(HashMap<String, Body>, HashMap
             )));
         }
         if let Some(to) = &c.to {
-            if objects.contains_key(&to.sha256) {
+            if let Some(body) = objects.get(&to.sha256) {
+                let body: &Body = body;
+                if body.bytes.len() as u64 != to.size {
+                    return Err(bad(format!(
+                        "the content of object {}/{} disagrees with the delta's manifest entry",
+                        c.bucket, c.key
+                    )));
+                }
                 continue;
             }
             let b64 = doc

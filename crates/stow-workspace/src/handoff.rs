@@ -207,6 +207,21 @@ pub fn adopt(
             path.display()
         )));
     }
+    // No archive within the bounds can be larger than its payloads, the
+    // manifest, the trailer and a header or two per entry.
+    let plausible = opts
+        .limits
+        .effective_bytes()
+        .saturating_mul(2)
+        .saturating_add(17 << 20)
+        .saturating_add(opts.limits.effective_files().saturating_mul(2048));
+    if meta.len() > plausible {
+        return Err(WsError::CapacityExceeded(format!(
+            "{} is {} bytes, more than any archive within the bounds",
+            path.display(),
+            meta.len()
+        )));
+    }
     if archive.bytes > 0 && meta.len() != archive.bytes {
         return Err(WsError::InvalidArchive(format!(
             "{} is {} bytes; the handoff says {}",

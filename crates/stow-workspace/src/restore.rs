@@ -8,7 +8,7 @@ use std::path::Path;
 use stow_store::{ObjectProps, PutOptions};
 
 use crate::bucket::WorkspaceBucket;
-use crate::checkpoint::{load_manifest, materialize, object_as_file, read_blob};
+use crate::checkpoint::{load_manifest, materialize, object_as_file, open_verified};
 use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, now_rfc3339, random_hex};
 use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
@@ -134,7 +134,8 @@ pub(crate) fn restore_as(
                 }
             }
             for o in &m.objects {
-                let body = read_blob(registry, &object_as_file(o))?;
+                // Streamed: an object may be as large as the bounds allow.
+                let mut body = open_verified(registry, &object_as_file(o))?;
                 let props = ObjectProps {
                     content_type: o.content_type.clone(),
                     metadata: o.metadata.clone(),
@@ -144,7 +145,7 @@ pub(crate) fn restore_as(
                     .put_object(
                         &o.bucket,
                         &o.key,
-                        &mut &body[..],
+                        &mut body,
                         PutOptions {
                             props,
                             ..Default::default()

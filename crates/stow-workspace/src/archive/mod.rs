@@ -53,6 +53,16 @@ pub struct ArchiveLimits {
 }
 
 impl ArchiveLimits {
+    /// The byte bound in force (the default for 0).
+    pub fn effective_bytes(&self) -> u64 {
+        self.max_bytes()
+    }
+
+    /// The payload-count bound in force (the default for 0).
+    pub fn effective_files(&self) -> u64 {
+        self.max_files()
+    }
+
     fn max_bytes(&self) -> u64 {
         if self.max_bytes == 0 {
             DEFAULT_MAX_BYTES
@@ -131,8 +141,14 @@ fn expected_entries(m: &CheckpointManifest) -> Vec<Expected> {
 }
 
 /// Logical bytes of a checkpoint: files and objects.
+/// (Saturating: a validated manifest's sizes are bounded, so this only
+/// matters for one that is not.)
 fn payload_bytes(m: &CheckpointManifest) -> u64 {
-    m.files.iter().map(|f| f.size).sum::<u64>() + m.objects.iter().map(|o| o.size).sum::<u64>()
+    m.files
+        .iter()
+        .map(|f| f.size)
+        .chain(m.objects.iter().map(|o| o.size))
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Sensitive-looking paths of a checkpoint, sorted: file paths, and

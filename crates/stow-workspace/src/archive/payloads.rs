@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -50,6 +51,9 @@ pub(super) struct Payloads {
     jobs: Option<SyncSender<Job>>,
     workers: Vec<JoinHandle<()>>,
     results: Results,
+    /// Set by a worker whose entry failed, so the reader stops early.
+    failed: Arc<AtomicBool>,
+    sent: usize,
     inline: Vec<(String, Payload)>,
 }
 
@@ -58,10 +62,12 @@ impl Payloads {
         let (tx, rx) = sync_channel::<Job>(QUEUED);
         let rx = Arc::new(Mutex::new(rx));
         let results: Results = Arc::default();
+        let failed = Arc::new(AtomicBool::new(false));
         let workers = (0..WORKERS)
             .map(|_| {
                 let rx = Arc::clone(&rx);
                 let results = Arc::clone(&results);
+                let failed = Arc::clone(&failed);
                 let keep = keep.clone();
                 std::thread::spawn(move || loop {
                     let job = match rx.lock() {
@@ -70,6 +76,9 @@ impl Payloads {
                     };
                     let Ok(job) = job else { return };
                     let r = finish_small(&keep, &job);
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
                     if let Ok(mut all) = results.lock() {
                         all.push((job.name, r));
                     }
@@ -81,6 +90,8 @@ impl Payloads {
             jobs: Some(tx),
             workers,
             results,
+            failed,
+            sent: 0,
             inline: Vec::new(),
         }
     }
@@ -94,6 +105,10 @@ impl Payloads {
         size: u64,
         body: &mut dyn Read,
     ) -> Result<()> {
+        if self.failed.load(Ordering::Relaxed) {
+            // The worker's own error is reported by `finish`.
+            return Err(invalid("a payload entry was refused"));
+        }
         if size <= SMALL {
             let mut buf = vec![0u8; size as usize];
             body.read_exact(&mut buf).map_err(read_error)?;
@@ -106,9 +121,10 @@ impl Payloads {
                 .jobs
                 .as_ref()
                 .ok_or_else(|| WsError::InvalidRequest("payload workers stopped".into()))?;
-            return jobs
-                .send(job)
-                .map_err(|_| WsError::InvalidRequest("payload workers stopped".into()));
+            jobs.send(job)
+                .map_err(|_| WsError::InvalidRequest("payload workers stopped".into()))?;
+            self.sent += 1;
+            return Ok(());
         }
         let p = match &self.keep {
             Keep::Stage { registry, tmp } if !blob_ok(registry, sha256, size) => {
@@ -143,7 +159,9 @@ impl Payloads {
         }
         let done = std::mem::take(&mut *self.results.lock().unwrap_or_else(|e| e.into_inner()));
         let mut out: HashMap<String, Payload> = self.inline.drain(..).collect();
-        let mut first_err = None;
+        // A worker that died (panicked) took its entry's answer with it.
+        let mut first_err = (done.len() != self.sent)
+            .then(|| WsError::InvalidRequest("a payload worker stopped".into()));
         for (name, r) in done {
             match r {
                 Ok(p) => {
@@ -164,11 +182,17 @@ impl Payloads {
         }
     }
 
-    /// Stops, discarding everything staged.
-    pub(super) fn abandon(self) {
-        if let Ok(staged) = self.finish() {
-            let staged: Vec<Payload> = staged.into_values().collect();
-            discard(&staged);
+    /// Stops after the reader failed with `e`, discarding everything
+    /// staged; returns the error to report (a worker's, which came from
+    /// earlier in the stream, before the reader's).
+    pub(super) fn abandon(self, e: WsError) -> WsError {
+        match self.finish() {
+            Ok(staged) => {
+                let staged: Vec<Payload> = staged.into_values().collect();
+                discard(&staged);
+                e
+            }
+            Err(worker) => worker,
         }
     }
 }

@@ -80,10 +80,7 @@ fn read_archive(
     })();
     match result {
         Ok(()) => Ok((m, payloads.finish()?)),
-        Err(e) => {
-            payloads.abandon();
-            Err(e)
-        }
+        Err(e) => Err(payloads.abandon(e)),
     }
 }
 
@@ -197,6 +194,11 @@ pub struct PreviewResult {
 }
 
 fn open_archive(path: &Path) -> Result<File> {
+    // Looked at before opening: opening a FIFO would block.
+    let meta = std::fs::metadata(path).map_err(|e| WsError::io_at("open archive", path, e))?;
+    if !meta.is_file() {
+        return Err(invalid(format!("{} is not a regular file", path.display())));
+    }
     let f = File::open(path).map_err(|e| WsError::io_at("open archive", path, e))?;
     let meta = f
         .metadata()
@@ -293,13 +295,11 @@ pub(crate) fn import_with_digest(
         inner: file,
         sha: Sha256::new(),
     };
-    registry.ensure()?;
-    // Held throughout: garbage collection (which clears `tmp/`) and
-    // captures wait, and the ID check below stays true until publication.
-    let _lock = registry.lock()?;
+    // The registry is touched only once the manifest is read and valid (a
+    // malformed archive leaves a missing partition missing).
+    let fresh = !registry.state_dir().exists();
     let tmp = registry.state_dir().join("tmp");
-    create_private_dir(&tmp)?;
-    let mut all: Vec<Summary> = Vec::new();
+    let mut lock = None;
     let mut admit_manifest = |m: &CheckpointManifest| -> Result<()> {
         if let Some(x) = expect {
             let cp_differs = x.checkpoint_id.is_some_and(|cp| cp != m.id);
@@ -311,6 +311,11 @@ pub(crate) fn import_with_digest(
             }
         }
         check_sensitive(m, opts.include_sensitive)?;
+        registry.ensure()?;
+        // Held until publication: garbage collection (which clears `tmp/`)
+        // and captures wait, and the checks below stay true.
+        lock = Some(registry.lock()?);
+        create_private_dir(&tmp)?;
         if registry
             .state_dir()
             .join("checkpoints")
@@ -319,7 +324,8 @@ pub(crate) fn import_with_digest(
         {
             return Err(WsError::AlreadyExists(format!("checkpoint {}", m.id)));
         }
-        all = summaries(registry)?;
+        let all = summaries(registry)?;
+        refuse_parent_cycle(m, &all)?;
         let caps = registry
             .get(&m.workspace_id)
             .map(|r| RetentionCaps::of(&r))
@@ -329,27 +335,44 @@ pub(crate) fn import_with_digest(
     let mut clock = PhaseClock::start("import");
     let keep = Keep::Stage {
         registry: registry.clone(),
-        tmp,
+        tmp: tmp.clone(),
     };
-    let (m, got) = read_archive(
+    let read = read_archive(
         &mut reader,
         opts.limits,
         &mut admit_manifest,
         keep,
         opts.progress,
-    )?;
+    );
+    let (m, got) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            // A partition this import created holds nothing but its lock
+            // and an empty staging directory now.
+            if fresh {
+                let _ = std::fs::remove_dir(&tmp);
+            }
+            return Err(e);
+        }
+    };
+    let _lock = lock;
     clock.lap("read+stage");
-    // Payloads in manifest order (files, then distinct object bodies).
+    // Payloads in manifest order (files, then distinct object bodies);
+    // the reader checked that every entry is there.
     let mut order: Vec<(&Payload, u64)> = Vec::with_capacity(got.len());
+    let mut bodies: HashSet<&str> = HashSet::new();
+    let mut missing = None;
     for f in &m.files {
-        if let Some(p) = got.get(&format!("files/{}", f.path)) {
-            order.push((p, f.size));
+        match got.get(&format!("files/{}", f.path)) {
+            Some(p) => order.push((p, f.size)),
+            None => missing = Some(f.path.clone()),
         }
     }
     for o in &m.objects {
-        if let Some(p) = got.get(&format!("objects/{}", o.sha256)) {
-            if !order.iter().any(|(q, _)| std::ptr::eq(*q, p)) {
-                order.push((p, o.size));
+        if bodies.insert(o.sha256.as_str()) {
+            match got.get(&format!("objects/{}", o.sha256)) {
+                Some(p) => order.push((p, o.size)),
+                None => missing = Some(format!("s3://{}/{}", o.bucket, o.key)),
             }
         }
     }
@@ -360,6 +383,11 @@ pub(crate) fn import_with_digest(
         }
         Err(e)
     };
+    if let Some(name) = missing {
+        return abandon(WsError::InvalidRequest(format!(
+            "the payload of {name} went missing"
+        )));
+    }
     if let Some(want) = expect.map(|x| x.sha256) {
         // Drain what the validator did not need to read (nothing, for a
         // well-formed archive) so the digest covers the whole file.
@@ -401,6 +429,29 @@ pub(crate) fn import_with_digest(
     })
 }
 
+/// Refuses a manifest whose parent chain, through the checkpoints here,
+/// leads back to itself (such checkpoints could never be deleted).
+fn refuse_parent_cycle(m: &CheckpointManifest, all: &[Summary]) -> Result<()> {
+    let parents: HashMap<&str, Option<&str>> = all
+        .iter()
+        .map(|s| (s.id.as_str(), s.parent_id.as_deref()))
+        .collect();
+    let mut next = m.parent_id.as_deref();
+    for _ in 0..=all.len() {
+        match next {
+            Some(p) if p == m.id => {
+                return Err(invalid(format!(
+                    "checkpoint {} would be its own ancestor here",
+                    m.id
+                )))
+            }
+            Some(p) => next = parents.get(p).copied().flatten(),
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 /// Hashes everything read through it.
 struct HashingReader<R> {
     inner: R,
@@ -424,4 +475,51 @@ pub(crate) fn file_sha256(path: &Path) -> Result<(String, u64)> {
     let n = std::io::copy(&mut r, &mut std::io::sink())
         .map_err(|e| WsError::io_at("read archive", path, e))?;
     Ok((hex(&r.sha.finalize()), n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(id: &str, parent: Option<&str>) -> Summary {
+        Summary {
+            version: 1,
+            id: id.into(),
+            workspace_id: "ws_0000000000000000".into(),
+            parent_id: parent.map(str::to_string),
+            created: String::new(),
+            files: 0,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_parent_chain_back_to_the_import_is_refused() {
+        let mut m: CheckpointManifest = serde_json::from_str(
+            r#"{"version":1,"id":"cp_a","workspace_id":"ws_0000000000000000","created":"x","files":[]}"#,
+        )
+        .unwrap();
+        m.parent_id = Some("cp_b".into());
+        // Here: cp_c <- cp_b <- (cp_a, being imported): fine.
+        let chain = [summary("cp_b", Some("cp_c")), summary("cp_c", None)];
+        assert!(refuse_parent_cycle(&m, &chain).is_ok());
+        // Here: cp_b's parent is cp_a: importing cp_a closes a cycle.
+        let cycle = [summary("cp_b", Some("cp_c")), summary("cp_c", Some("cp_a"))];
+        let err = refuse_parent_cycle(&m, &cycle).unwrap_err();
+        assert_eq!(err.code(), "invalid_archive");
+        // A dangling parent is fine (its parent may arrive later).
+        m.parent_id = Some("cp_z".into());
+        assert!(refuse_parent_cycle(&m, &cycle).is_ok());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("archive.tar.gz");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = preview(&fifo, ArchiveLimits::default()).unwrap_err();
+        assert_eq!(err.code(), "invalid_archive", "{err}");
+    }
 }

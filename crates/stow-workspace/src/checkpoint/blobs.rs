@@ -68,7 +68,7 @@ pub(crate) fn stage_reader(
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 << 10];
     let mut total = 0u64;
-    let mut limited = input.take(size + 1);
+    let mut limited = input.take(size.saturating_add(1));
     let res: std::io::Result<()> = (|| {
         loop {
             let n = match limited.read(&mut buf) {
@@ -292,6 +292,46 @@ pub(crate) fn read_blob(registry: &Registry, f: &FileEntry) -> Result<Vec<u8>> {
     verify_blob(registry, f)?;
     let p = blob_path(registry, &f.sha256);
     fs::read(&p).map_err(|e| WsError::io_at("read", &p, e))
+}
+
+/// A blob opened for streaming: reads fail with `InvalidData` at the end
+/// when the bytes read are not the entry's size and digest, so a consumer
+/// that reads to the end never accepts a torn or altered blob.
+pub(crate) struct VerifiedBlob {
+    file: File,
+    sha: Sha256,
+    read: u64,
+    size: u64,
+    sha256: String,
+}
+
+/// Opens `f`'s blob for a verified streaming read.
+pub(crate) fn open_verified(registry: &Registry, f: &FileEntry) -> Result<VerifiedBlob> {
+    let p = blob_path(registry, &f.sha256);
+    let file = File::open(&p)
+        .map_err(|e| WsError::Corrupt(format!("payload of {} ({}): {e}", f.path, f.sha256)))?;
+    Ok(VerifiedBlob {
+        file,
+        sha: Sha256::new(),
+        read: 0,
+        size: f.size,
+        sha256: f.sha256.clone(),
+    })
+}
+
+impl Read for VerifiedBlob {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.sha.update(&buf[..n]);
+        self.read += n as u64;
+        if n == 0 && (self.read != self.size || hex(&self.sha.clone().finalize()) != self.sha256) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the blob does not match its digest",
+            ));
+        }
+        Ok(n)
+    }
 }
 
 /// Physical bytes held by the partition's blob store.

@@ -293,6 +293,10 @@ pub(super) mod erased {
     }
 }
 
+/// Largest payload a manifest may name (64 TiB): sums over 100,000
+/// entries stay far from overflowing.
+const MAX_PAYLOAD_BYTES: u64 = 1 << 46;
+
 /// Every rule a manifest from outside (an archive, a delta's base) must
 /// meet before anything is staged: versions and IDs, clean unique paths
 /// that never nest under one another, digests, modes, and for portable
@@ -314,9 +318,27 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
     crate::paths::check_workspace_id(&m.workspace_id).map_err(|e| e.to_string())?;
     if let Some(p) = &m.parent_id {
         check_checkpoint_id(p).map_err(|e| format!("parent: {e}"))?;
+        if *p == m.id {
+            return Err("the checkpoint names itself as its parent".into());
+        }
     }
     if m.created.is_empty() || m.created.len() > 64 {
         return Err("the manifest's created time is malformed".into());
+    }
+    // One size per digest: payloads are stored (and sized) by digest.
+    let mut sizes: HashMap<&str, u64> = HashMap::new();
+    fn same_size<'m>(
+        sizes: &mut HashMap<&'m str, u64>,
+        sha: &'m str,
+        size: u64,
+        what: &dyn std::fmt::Display,
+    ) -> std::result::Result<(), String> {
+        match sizes.insert(sha, size) {
+            Some(other) if other != size => Err(format!(
+                "{what}: {size} bytes, but the same digest elsewhere has {other}"
+            )),
+            _ => Ok(()),
+        }
     }
     let mut paths: Vec<&str> = Vec::with_capacity(m.files.len());
     for f in &m.files {
@@ -327,6 +349,16 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
         if f.mode > 0o777 {
             return Err(format!("{}: mode {:o} is above 0777", f.path, f.mode));
         }
+        if f.size > MAX_PAYLOAD_BYTES {
+            return Err(format!("{}: size {} is implausible", f.path, f.size));
+        }
+        if m.version == 1 && (f.content_type.is_some() || !f.metadata.is_empty()) {
+            return Err(format!(
+                "{}: a version-1 file entry holds S3 properties",
+                f.path
+            ));
+        }
+        same_size(&mut sizes, &f.sha256, f.size, &f.path)?;
         check_props(&f.path, f.content_type.as_deref(), &f.metadata)?;
         paths.push(&f.path);
     }
@@ -371,6 +403,15 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
                 ));
             }
             stow_store::validate::object_key(&o.key).map_err(|e| e.to_string())?;
+            let reserved = o.key.split('/').enumerate().any(|(i, seg)| {
+                seg.eq_ignore_ascii_case(".git") || (i == 0 && seg.eq_ignore_ascii_case(".stow"))
+            });
+            if reserved {
+                return Err(format!(
+                    "object {}/{}: .git and .stow never travel",
+                    o.bucket, o.key
+                ));
+            }
             if !keys.insert((o.bucket.as_str(), o.key.as_str())) {
                 return Err(format!("object {}/{} is listed twice", o.bucket, o.key));
             }
@@ -381,6 +422,10 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
                 ));
             }
             let what = format!("object {}/{}", o.bucket, o.key);
+            if o.size > MAX_PAYLOAD_BYTES {
+                return Err(format!("{what}: size {} is implausible", o.size));
+            }
+            same_size(&mut sizes, &o.sha256, o.size, &what)?;
             check_props(&what, o.content_type.as_deref(), &o.metadata)?;
         }
     }
@@ -414,6 +459,101 @@ fn check_props(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(path: &str, size: u64, sha: &str) -> FileEntry {
+        FileEntry {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            sha256: sha.repeat(32),
+            ..FileEntry::default()
+        }
+    }
+
+    fn object(bucket: &str, key: &str, size: u64, sha: &str) -> ObjectEntry {
+        ObjectEntry {
+            bucket: bucket.into(),
+            key: key.into(),
+            size,
+            sha256: sha.repeat(32),
+            content_type: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn manifest(files: Vec<FileEntry>, objects: Vec<ObjectEntry>) -> CheckpointManifest {
+        let portable = !objects.is_empty();
+        CheckpointManifest {
+            version: if portable { 2 } else { 1 },
+            id: format!("cp_{}", "a".repeat(24)),
+            workspace_id: format!("ws_{}", "b".repeat(16)),
+            parent_id: None,
+            created: "2026-12-01T00:00:00Z".into(),
+            files,
+            excluded: vec![],
+            primary_bucket: portable.then(|| "main".to_string()),
+            buckets: if portable {
+                vec!["main".into()]
+            } else {
+                vec![]
+            },
+            objects,
+        }
+    }
+
+    #[test]
+    fn outside_manifests_are_refused_for_each_broken_rule() {
+        let ok = manifest(
+            vec![file("a.txt", 3, "ab"), file("d/b.txt", 3, "ab")],
+            vec![],
+        );
+        assert_eq!(validate_manifest(&ok), Ok(()));
+        let refused = |m: CheckpointManifest, why: &str| {
+            let err = validate_manifest(&m).expect_err(why);
+            assert!(err.contains(why), "{why}: {err}");
+        };
+        // One digest, two sizes (a size the limits never saw).
+        refused(
+            manifest(
+                vec![file("a", 3, "ab")],
+                vec![object("main", "k", u64::MAX >> 20, "ab")],
+            ),
+            "the same digest elsewhere",
+        );
+        refused(
+            manifest(
+                vec![],
+                vec![object("main", "k", 1, "cd"), object("main", "j", 9, "cd")],
+            ),
+            "the same digest elsewhere",
+        );
+        let mut own_parent = ok.clone();
+        own_parent.parent_id = Some(own_parent.id.clone());
+        refused(own_parent, "its parent");
+        refused(
+            manifest(vec![file("a", 1 << 50, "ab")], vec![]),
+            "implausible",
+        );
+        let mut typed = ok.clone();
+        typed.files[0].content_type = Some("text/plain".into());
+        refused(typed, "version-1 file entry holds S3 properties");
+        refused(
+            manifest(vec![], vec![object("main", ".git/config", 1, "ab")]),
+            ".git and .stow never travel",
+        );
+        refused(
+            manifest(vec![file("a", 1, "ab"), file("a/b", 1, "cd")], vec![]),
+            "both a file and a directory",
+        );
+        refused(
+            manifest(vec![file("a", 1, "ab"), file("a", 1, "ab")], vec![]),
+            "twice",
+        );
+        let mut mode = ok.clone();
+        mode.files[0].mode = 0o4755;
+        refused(mode, "above 0777");
+        refused(manifest(vec![file("../x", 1, "ab")], vec![]), "..");
+    }
 
     fn scanned(path: &str, size: u64) -> Scanned {
         Scanned {

@@ -57,8 +57,8 @@ pub use gc::{gc, GcResult};
 pub use materialize::verify;
 
 pub(crate) use blobs::{
-    blob_ok, blob_path, discard, read_blob, stage_bytes, stage_known, stage_reader, Payload,
-    StageError,
+    blob_ok, blob_path, discard, open_verified, read_blob, stage_bytes, stage_known, stage_reader,
+    Payload, StageError,
 };
 pub(crate) use capture::capture_locked;
 pub(crate) use capture::{admit, RetentionCaps};
