@@ -132,6 +132,21 @@ fn then(mut a: Run, b: Run) -> Run {
     a
 }
 
+/// Times `cmd` as users run it, then the `sync` that makes it durable:
+/// returns the plain run and pushes the durable one onto `synced`.
+fn peer_then_sync(cmd: &str, top: &Path, work: Work, synced: &mut Vec<Run>) -> Result<Run> {
+    let run = time_one_all_cpu(|| {
+        sh(cmd, top)?;
+        Ok(work)
+    })?;
+    let sync = time_one_all_cpu(|| {
+        sh("sync", top)?;
+        Ok(work)
+    })?;
+    synced.push(then(run, sync));
+    Ok(run)
+}
+
 fn file_len(p: &Path) -> u64 {
     fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
@@ -173,19 +188,8 @@ fn transfer(
             })
         } else {
             let out = top.join(format!("tar{rep}.tgz"));
-            let run = time_one_all_cpu(|| {
-                sh(
-                    &format!("tar czf {} -C {} .", out.display(), src.display()),
-                    top,
-                )?;
-                Ok(work())
-            })?;
-            let sync = time_one_all_cpu(|| {
-                sh("sync", top)?;
-                Ok(work())
-            })?;
-            tar_sync.push(then(run, sync));
-            Ok(run)
+            let cmd = format!("tar czf {} -C {} .", out.display(), src.display());
+            peer_then_sync(&cmd, top, work(), &mut tar_sync)
         }
     })?;
     let ours_size = file_len(&top.join("export0.tar.gz"));

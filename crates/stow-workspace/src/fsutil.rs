@@ -61,6 +61,17 @@ pub fn create_dirs_within(root: &Path, rel: &str, mode: u32) -> Result<()> {
 /// fsync, rename over `path`, fsync the directory. A crash leaves either the
 /// old or the new content, never a torn file.
 pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let (dir, tmp) = write_temp(path, bytes, mode)?;
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(WsError::io_at("write", path, e));
+    }
+    fsync_dir(dir)
+}
+
+/// Writes `bytes` to a new fsynced temp file beside `path`; returns the
+/// directory and the temp file (removed again on failure).
+fn write_temp<'p>(path: &'p Path, bytes: &[u8], mode: u32) -> Result<(&'p Path, PathBuf)> {
     let dir = path
         .parent()
         .ok_or_else(|| WsError::InvalidRequest(format!("{} has no parent", path.display())))?;
@@ -72,14 +83,13 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             .mode(mode)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
+        f.sync_all()
     };
     if let Err(e) = write() {
         let _ = fs::remove_file(&tmp);
         return Err(WsError::io_at("write", path, e));
     }
-    fsync_dir(dir)
+    Ok((dir, tmp))
 }
 
 /// Gives the complete, fsynced file `tmp` the name `target` without ever
@@ -104,26 +114,10 @@ pub fn link_new(tmp: &Path, target: &Path) -> Result<()> {
 /// Writes a new file `path` (never replacing one) with `bytes`: a temp
 /// file beside it, fsynced, then [`link_new`].
 pub fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| WsError::InvalidRequest(format!("{} has no parent", path.display())))?;
     if fs::symlink_metadata(path).is_ok() {
         return Err(WsError::AlreadyExists(path.display().to_string()));
     }
-    let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = fs::remove_file(&tmp);
-        return Err(WsError::io_at("write", path, e));
-    }
+    let (_, tmp) = write_temp(path, bytes, mode)?;
     link_new(&tmp, path)
 }
 

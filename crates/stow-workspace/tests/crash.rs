@@ -31,6 +31,23 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Runs child test `name` of this binary (`marker` set, seed `seed`) and
+/// kills it with SIGKILL after `after_ms`: no destructors, no cleanup.
+fn run_and_kill(name: &str, marker: (&str, &PathBuf), seed: u64, after_ms: u64) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(marker.0, marker.1)
+        .env("STOW_WS_CRASH_SEED", seed.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(after_ms));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 #[test]
 fn crash_child() {
     let Ok(dir) = std::env::var("STOW_WS_CRASH_CHILD") else {
@@ -100,22 +117,15 @@ fn sigkill_during_capture_and_delete() {
     let ws = prepare(&dir.join("task.json")).unwrap();
     fs::write(dir.join("ws_id"), &ws.workspace_id).unwrap();
     let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut restored = 0;
     let mut seen = 0;
     for i in 0..iters {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env("STOW_WS_CRASH_CHILD", &dir)
-            .env("STOW_WS_CRASH_SEED", (i * 7919 + 17).to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(150 + (i * 137) % 900));
-        // SIGKILL: no destructors, no cleanup.
-        child.kill().unwrap();
-        child.wait().unwrap();
+        run_and_kill(
+            "crash_child",
+            ("STOW_WS_CRASH_CHILD", &dir),
+            i * 7919 + 17,
+            150 + (i * 137) % 900,
+        );
 
         for s in checkpoint::summaries(&reg).unwrap() {
             seen += 1;
@@ -222,25 +232,14 @@ fn sigkill_during_import_and_apply() {
     .unwrap();
     fs::write(dir.join("base_id"), &base.checkpoint_id).unwrap();
     let want = checkpoint::load_manifest(&reg, &target.checkpoint_id).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let (mut whole, mut empty, mut applied) = (0, 0, 0);
     for i in 0..iters {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "transfer_crash_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("STOW_WS_TRANSFER_CHILD", &dir)
-            .env("STOW_WS_CRASH_SEED", (i * 1000).to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(120 + (i * 173) % 700));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        run_and_kill(
+            "transfer_crash_child",
+            ("STOW_WS_TRANSFER_CHILD", &dir),
+            i * 1000,
+            120 + (i * 173) % 700,
+        );
         // Each import registry holds the whole checkpoint or none of it.
         for e in fs::read_dir(dir.join("imports"))
             .into_iter()
