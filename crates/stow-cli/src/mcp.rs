@@ -96,6 +96,15 @@ pub struct McpArgs {
     /// Workspace profile: existing directory enabling adoption (with --export-root).
     #[arg(long, value_name = "DIR", help_heading = "Workspace profile")]
     adopt_root: Option<String>,
+    /// Workspace profile: the registry's team partition (<registry-dir>/teams/<team>).
+    #[arg(long, value_name = "TEAM", help_heading = "Workspace profile")]
+    team: Option<String>,
+}
+
+/// The profile `stow-s3 mcp` runs.
+enum Profile {
+    Object(stow_mcp::ObjectConfig),
+    Workspace(stow_mcp::workspace::WorkspaceConfig),
 }
 
 /// A refusal before serving: a message and the exit code.
@@ -121,6 +130,7 @@ impl McpArgs {
             ("--timeout", self.timeout.is_some()),
             ("--export-root", self.export_root.is_some()),
             ("--adopt-root", self.adopt_root.is_some()),
+            ("--team", self.team.is_some()),
         ] {
             if present {
                 given.push(flag);
@@ -148,8 +158,8 @@ impl McpArgs {
         given
     }
 
-    /// The object profile's configuration, or why there is none.
-    fn object_config(self) -> Result<stow_mcp::ObjectConfig, Refusal> {
+    /// The profile's configuration, or why there is none.
+    fn profile(self) -> Result<Profile, Refusal> {
         if self.object_dir.is_none() && self.bucket.is_none() {
             if let Some(flag) = self.given_object_flags().first() {
                 return Err(usage(format!(
@@ -162,11 +172,27 @@ impl McpArgs {
                         .to_string(),
                 ));
             }
-            return Err(Refusal {
-                usage: false,
-                message: "the workspace profile is not available in this build; use the object profile (--object-dir, --bucket)".to_string(),
-            });
+            let max_files = match self.max_files.as_deref().map(str::parse::<i64>) {
+                None => None,
+                Some(Ok(n)) => Some(n),
+                Some(Err(_)) => return Err(usage("--max-files must be a number".into())),
+            };
+            return Ok(Profile::Workspace(stow_mcp::workspace::WorkspaceConfig {
+                registry_dir: self.registry_dir.unwrap_or_default(),
+                workspace_id: self.workspace_id.unwrap_or_default(),
+                team: self.team,
+                timeout: self.timeout,
+                max_bytes: self.max_bytes,
+                max_files,
+                export_root: self.export_root,
+                adopt_root: self.adopt_root,
+            }));
         }
+        self.object_config().map(Profile::Object)
+    }
+
+    /// The object profile's configuration (`--object-dir`/`--bucket` given).
+    fn object_config(self) -> Result<stow_mcp::ObjectConfig, Refusal> {
         if let Some(flag) = self.given_workspace_flags().first() {
             return Err(usage(format!(
                 "{flag} is incompatible with the object profile (--object-dir/--bucket)"
@@ -194,11 +220,17 @@ fn refuse(r: Refusal) -> ! {
 /// Runs `stow-s3 mcp`. Returns `Null` (nothing to print) after a clean
 /// close; refusals exit directly without writing to stdout.
 pub fn run(args: McpArgs) -> Result<serde_json::Value, CliError> {
-    let config = args.object_config().unwrap_or_else(|r| refuse(r));
-    match stow_mcp::serve_object_profile(&config) {
+    let served = match args.profile().unwrap_or_else(|r| refuse(r)) {
+        Profile::Object(config) => stow_mcp::serve_object_profile(&config),
+        Profile::Workspace(config) => stow_mcp::workspace::serve_workspace_profile(&config),
+    };
+    match served {
         Ok(()) => Ok(serde_json::Value::Null),
         Err(e) => refuse(Refusal {
-            usage: matches!(e, stow_mcp::ServeError::Config(_)),
+            usage: matches!(
+                e,
+                stow_mcp::ServeError::Config(_) | stow_mcp::ServeError::Workspace(_)
+            ),
             message: e.to_string(),
         }),
     }
@@ -256,7 +288,7 @@ mod tests {
             &["--bucket", "b", "--registry-dir", ""][..],
             &["--registry-dir", "/r", "--create-bucket=false"][..],
         ] {
-            let err = parse(argv).object_config().err().unwrap();
+            let err = parse(argv).profile().err().unwrap();
             assert!(
                 err.usage && err.message.contains("incompatible"),
                 "{}",

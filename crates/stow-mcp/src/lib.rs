@@ -8,6 +8,10 @@
 //! Apps UI, mentions, and object resources). Tool names, descriptions and
 //! schemas are seed 000's, verbatim.
 //!
+//! The **workspace profile** (`stow-s3 mcp --registry-dir R --workspace-id
+//! W --timeout D`, [`workspace`]) exposes keyed portable checkpoints of one
+//! workspace, their inspection and diff in pages, and handoff bundles.
+//!
 //! This crate is a protocol adapter only: every storage decision (guards,
 //! receipts, quotas, durability) is the store's. Results use the version-1
 //! object envelope ([`envelope`]); stdout carries JSON-RPC only and logs go
@@ -20,6 +24,7 @@ mod schema;
 mod server;
 mod tokens;
 mod transport;
+pub mod workspace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +69,9 @@ pub enum ServeError {
     /// The built-in tool definitions are broken (never expected).
     #[error(transparent)]
     Definitions(#[from] server::DefinitionError),
+    /// A workspace-profile launch setting is refused (nothing was touched).
+    #[error("{0}")]
+    Workspace(String),
     /// The async runtime or the signal handlers could not start.
     #[error("cannot start the MCP runtime: {0}")]
     Runtime(std::io::Error),

@@ -28,6 +28,15 @@ pub struct ToolDef {
     pub output_schema: Arc<Map<String, Value>>,
 }
 
+/// The workspace tools definitions file, verbatim from seed 000.
+const WORKSPACE_TOOLS: &str = include_str!("workspace_tools.json");
+
+/// The workspace tools: inspect, create, resolve, checkpoint inspect, diff,
+/// then export and adopt.
+pub fn workspace_tools() -> Result<Vec<ToolDef>, serde_json::Error> {
+    serde_json::from_str(WORKSPACE_TOOLS)
+}
+
 /// The object tools: the five core tools, then the two browser tools.
 pub fn object_tools() -> Result<Vec<ToolDef>, serde_json::Error> {
     serde_json::from_str(OBJECT_TOOLS)

@@ -86,7 +86,7 @@ impl io::Write for Counter {
     }
 }
 
-fn encoded_len<T: serde::Serialize>(v: &T) -> Result<usize, serde_json::Error> {
+pub(crate) fn encoded_len<T: serde::Serialize>(v: &T) -> Result<usize, serde_json::Error> {
     let mut c = Counter(0);
     serde_json::to_writer(&mut c, v)?;
     Ok(c.0)

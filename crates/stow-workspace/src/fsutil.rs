@@ -92,6 +92,32 @@ fn write_temp<'p>(path: &'p Path, bytes: &[u8], mode: u32) -> Result<(&'p Path, 
     Ok((dir, tmp))
 }
 
+/// Renames `from` to `to` unless `to` exists (a directory included):
+/// `AlreadyExists` then, and nothing moves.
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two valid NUL-terminated paths; no memory is shared.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Gives the complete, fsynced file `tmp` the name `target` without ever
 /// replacing a file there (a hard link fails on an existing name), then
 /// removes `tmp` and flushes the directory. `tmp` is removed either way.

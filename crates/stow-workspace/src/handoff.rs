@@ -184,6 +184,22 @@ pub fn adopt(
         (None, theirs) => theirs,
     };
     let registry = Registry::resolve(registry_base, team)?;
+    let doc_dir = absolute(handoff)?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    adopt_document(&registry, &doc, &doc_dir, root, opts)
+}
+
+/// Adopts the handoff `doc` (read from directory `doc_dir`) into the new
+/// directory `root` as a workspace of `registry`.
+pub(crate) fn adopt_document(
+    registry: &Registry,
+    doc: &HandoffDocument,
+    doc_dir: &Path,
+    root: &Path,
+    opts: &AdoptOptions,
+) -> Result<WorkspaceResult> {
     let Some(archive) = &doc.archive else {
         return Err(WsError::InvalidRequest(
             "this is a same-machine handoff with no archive; hand off with --archive to adopt it elsewhere, or use resume --handoff".into(),
@@ -191,10 +207,6 @@ pub fn adopt(
     };
     let root = absolute(root)?;
     check_new_root(&root)?;
-    let doc_dir = absolute(handoff)?
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
     let path = if archive.path.is_absolute() {
         archive.path.clone()
     } else {
@@ -250,7 +262,7 @@ pub fn adopt(
         workspace_id: &doc.workspace_id,
         checkpoint_id: doc.checkpoint_id.as_deref(),
     };
-    let imported = import_with_digest(&registry, &path, &import, Some(&expect))?;
+    let imported = import_with_digest(registry, &path, &import, Some(&expect))?;
     clock.lap("import");
     let limits = RestoreLimits {
         max_bytes: opts.limits.max_bytes,
@@ -258,7 +270,7 @@ pub fn adopt(
         progress: opts.progress,
     };
     let restored =
-        restore_as(&registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
+        restore_as(registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
             WsError::PartialImport {
                 checkpoint_id: imported.checkpoint_id.clone(),
                 reason: e.to_string(),

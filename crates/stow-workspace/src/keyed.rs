@@ -35,8 +35,12 @@ pub struct KeyedCheckpoint {
     pub parent_id: Option<String>,
     pub created: String,
     pub files: u64,
+    /// Logical bytes: files and, in a portable checkpoint, objects.
     pub bytes: u64,
     pub excluded: Vec<String>,
+    /// Portable checkpoints: the objects outside the file view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u64>,
 }
 
 /// `result` of the keyed envelope.
@@ -98,11 +102,31 @@ pub fn derive_id(workspace_id: &str, key: &str) -> (String, String) {
     (format!("cp_{}", &digest[..24]), digest)
 }
 
+/// The digest of a request's options as they take effect: a portable
+/// capture's 0 bounds are the archive defaults, so a caller that names the
+/// defaults (the MCP profile) and one that leaves them out (the CLI)
+/// describe the same request.
 fn options_digest(req: &KeyedRequest) -> String {
+    let (max_bytes, max_files) = if req.portable {
+        (
+            if req.max_bytes == 0 {
+                crate::archive::DEFAULT_MAX_BYTES
+            } else {
+                req.max_bytes
+            },
+            if req.max_files == 0 {
+                crate::archive::DEFAULT_MAX_FILES
+            } else {
+                req.max_files
+            },
+        )
+    } else {
+        (req.max_bytes, req.max_files)
+    };
     let opts = serde_json::json!({
         "parent": req.parent,
-        "max_bytes": req.max_bytes,
-        "max_files": req.max_files,
+        "max_bytes": max_bytes,
+        "max_files": max_files,
         "include_sensitive": req.include_sensitive,
         "portable": req.portable,
     });
@@ -165,8 +189,10 @@ fn committed(m: &CheckpointManifest, replayed: bool) -> KeyedEnvelope {
                 parent_id: m.parent_id.clone(),
                 created: m.created.clone(),
                 files: m.files.len() as u64,
-                bytes: m.files.iter().map(|f| f.size).sum(),
+                bytes: m.files.iter().map(|f| f.size).sum::<u64>()
+                    + m.objects.iter().map(|o| o.size).sum::<u64>(),
                 excluded: m.excluded.clone(),
+                objects: (m.version == 2).then_some(m.objects.len() as u64),
             }),
             replayed,
             outcome: "committed",

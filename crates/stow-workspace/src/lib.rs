@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod archive;
 pub mod bucket;
+pub mod bundle;
 pub mod checkpoint;
 pub mod delta;
 mod error;

@@ -1,0 +1,139 @@
+//! The workspace profile's result envelope (seed 000's output schema,
+//! shared by all seven tools) and its error object.
+
+use serde::Serialize;
+use serde_json::Value;
+use stow_workspace::handoff::HandoffDocument;
+use stow_workspace::WsError;
+
+/// `{version: 1, outcome, …}`; members that do not apply are omitted.
+#[derive(Debug, Clone, Serialize)]
+pub struct WsEnvelope {
+    pub version: u32,
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entries: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffDocument>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_checkpoint_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorView>,
+}
+
+/// A workspace as the tools describe it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceView {
+    pub workspace_id: String,
+    pub directory: String,
+    pub bucket: String,
+    pub max_checkpoint_bytes: u64,
+    pub max_checkpoints: u64,
+}
+
+/// The capture part of create and resolve results.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureView {
+    pub checkpoint: CheckpointView,
+    pub replayed: bool,
+    pub outcome: &'static str,
+}
+
+/// A checkpoint in a capture result (`parent_id` is "" when there is none).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckpointView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u64>,
+    pub id: String,
+    pub workspace_id: String,
+    pub parent_id: String,
+    pub created: String,
+    pub files: u64,
+    pub bytes: u64,
+    pub excluded: Vec<String>,
+}
+
+/// The error object: always all five members.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorView {
+    pub code: String,
+    pub phase: String,
+    pub attempts: u32,
+    pub retryable: bool,
+    pub message: String,
+}
+
+impl WsEnvelope {
+    /// An envelope with only an outcome.
+    pub fn new(outcome: &'static str) -> WsEnvelope {
+        WsEnvelope {
+            version: 1,
+            outcome,
+            workspace: None,
+            capture: None,
+            checkpoint_id: None,
+            entries: None,
+            next_cursor: None,
+            handoff: None,
+            bundle: None,
+            origin_checkpoint_id: None,
+            error: None,
+        }
+    }
+
+    /// A refusal with `outcome` (`ok` for inspection tools, `not_committed`
+    /// for effects that did not start).
+    pub fn refused(outcome: &'static str, code: &str, phase: &str, message: String) -> WsEnvelope {
+        let mut env = WsEnvelope::new(outcome);
+        env.error = Some(ErrorView {
+            code: code.to_string(),
+            phase: phase.to_string(),
+            attempts: 0,
+            retryable: false,
+            message,
+        });
+        env
+    }
+
+    /// A refusal carrying a workspace engine error's code.
+    pub fn from_error(outcome: &'static str, phase: &str, e: &WsError) -> WsEnvelope {
+        let mut env = WsEnvelope::refused(outcome, e.code(), phase, e.to_string());
+        if let Some(err) = env.error.as_mut() {
+            err.retryable = e.retryable();
+        }
+        env
+    }
+
+    /// What is left of an envelope too large to send: its outcome and
+    /// checkpoint, never the effect it reports.
+    pub fn minimal(&self) -> WsEnvelope {
+        let mut env = WsEnvelope::new(self.outcome);
+        env.checkpoint_id = self.checkpoint_id.clone();
+        env.capture = self.capture.clone().map(|mut c| {
+            c.checkpoint.excluded = Vec::new();
+            c
+        });
+        env.bundle = self.bundle.clone();
+        env.origin_checkpoint_id = self.origin_checkpoint_id.clone();
+        env.error = Some(ErrorView {
+            code: "response_too_large".into(),
+            phase: "respond".into(),
+            attempts: 0,
+            retryable: false,
+            message: "the encoded result exceeds 256 KiB; request a smaller page".into(),
+        });
+        env
+    }
+}
