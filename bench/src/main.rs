@@ -37,6 +37,9 @@ enum Suite {
     /// `stow-s3 mcp` over stdio against the same store operations in
     /// process: cold start, p50/p99 read and save latency, server RSS.
     Mcp(SuiteArgs),
+    /// Keyed portable captures through a running `stow-s3 mcp` workspace
+    /// server against the same captures through the CLI; inspect pages.
+    McpWorkspace(SuiteArgs),
     /// Workspace checkpoints against cp -a + sync and git add+commit on a
     /// generated 10,000-file tree: first/incremental checkpoint, restore,
     /// disk growth.
@@ -74,6 +77,7 @@ fn run(cli: &Cli) -> Result<()> {
         Suite::S3Load(args) => return suites::s3::load(args),
         Suite::Store(args) => (suites::store::run(args)?, args),
         Suite::Mcp(args) => (suites::mcp::run(args)?, args),
+        Suite::McpWorkspace(args) => (suites::mcp_workspace::run(args)?, args),
         Suite::Workspace(args) => (suites::workspace::run(args)?, args),
         Suite::S3(args) => (suites::s3::run(args)?, args),
     };

@@ -67,7 +67,7 @@ impl Plan {
 }
 
 /// The server binary to measure.
-fn server_binary() -> Result<PathBuf> {
+pub(crate) fn server_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("STOW_BIN") {
         return Ok(PathBuf::from(p));
     }
@@ -86,7 +86,7 @@ fn server_binary() -> Result<PathBuf> {
 }
 
 /// A running `stow-s3 mcp` with a newline-delimited JSON-RPC client.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -96,10 +96,18 @@ struct Server {
 
 impl Server {
     fn spawn(bin: &Path, dir: &Path) -> Result<Server> {
+        let dir = dir.display().to_string();
+        Server::spawn_with(
+            bin,
+            &["--object-dir", &dir, "--bucket", BUCKET, "--create-bucket"],
+        )
+    }
+
+    /// Starts `stow-s3 mcp ARGS`.
+    pub(crate) fn spawn_with(bin: &Path, args: &[&str]) -> Result<Server> {
         let mut child = Command::new(bin)
-            .args(["mcp", "--object-dir"])
-            .arg(dir)
-            .args(["--bucket", BUCKET, "--create-bucket"])
+            .arg("mcp")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -143,7 +151,7 @@ impl Server {
         }
     }
 
-    fn initialize(&mut self) -> Result<()> {
+    pub(crate) fn initialize(&mut self) -> Result<()> {
         self.request(
             "initialize",
             json!({"protocolVersion": "2025-11-25", "capabilities": {},
@@ -153,7 +161,7 @@ impl Server {
     }
 
     /// Calls a tool; returns its envelope, refusing error envelopes.
-    fn tool(&mut self, name: &str, args: Value) -> Result<Value> {
+    pub(crate) fn tool(&mut self, name: &str, args: Value) -> Result<Value> {
         let r = self.request("tools/call", json!({"name": name, "arguments": args}))?;
         let env = r["structuredContent"].clone();
         if env.get("error").is_some() || r["isError"] == true {
@@ -162,12 +170,12 @@ impl Server {
         Ok(env)
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Closes stdin and waits for a clean exit.
-    fn close(mut self) -> Result<()> {
+    pub(crate) fn close(mut self) -> Result<()> {
         drop(self.stdin);
         let mut rest = String::new();
         let _ = self.stdout.read_to_string(&mut rest);
@@ -180,7 +188,7 @@ impl Server {
 }
 
 /// User+system CPU time of process `pid`.
-fn cpu_of(pid: u32) -> Option<Duration> {
+pub(crate) fn cpu_of(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -189,7 +197,7 @@ fn cpu_of(pid: u32) -> Option<Duration> {
 }
 
 /// Peak RSS of process `pid` (KiB).
-fn hwm_of(pid: u32) -> Option<u64> {
+pub(crate) fn hwm_of(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line["VmHWM:".len()..]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod mcp;
+pub mod mcp_workspace;
 pub mod s3;
 pub mod store;
 pub mod workspace;

@@ -27,15 +27,15 @@ use crate::machine::{loadavg, Machine};
 use crate::report::{Info, Report};
 use crate::suites::SuiteArgs;
 
-struct Plan {
-    mode: &'static str,
-    files: u64,
-    bytes: u64,
-    reps: usize,
+pub(crate) struct Plan {
+    pub(crate) mode: &'static str,
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    pub(crate) reps: usize,
 }
 
 impl Plan {
-    fn new(quick: bool) -> Plan {
+    pub(crate) fn new(quick: bool) -> Plan {
         if quick {
             Plan {
                 mode: "quick",
@@ -60,7 +60,7 @@ fn size_of(plan: &Plan, i: u64) -> u64 {
     avg / 2 + mix(i ^ SEED) % avg
 }
 
-fn generate(plan: &Plan, pool: &Pool, dir: &Path) -> Result<u64> {
+pub(crate) fn generate(plan: &Plan, pool: &Pool, dir: &Path) -> Result<u64> {
     use std::io::Read;
     let mut total = 0;
     for i in 0..plan.files {
@@ -80,7 +80,7 @@ fn generate(plan: &Plan, pool: &Pool, dir: &Path) -> Result<u64> {
 }
 
 /// Rewrites 10 files (chosen by `round`) with new bytes of the same size.
-fn change_ten(plan: &Plan, pool: &Pool, root: &Path, round: u64) -> Result<()> {
+pub(crate) fn change_ten(plan: &Plan, pool: &Pool, root: &Path, round: u64) -> Result<()> {
     use std::io::Read;
     for j in 0..10 {
         let i = mix(round * 1000 + j) % plan.files;
@@ -113,7 +113,7 @@ fn sh(cmd: &str, dir: &Path) -> Result<()> {
 const GIT: &str = "git -c user.name=b -c user.email=b@b -c core.fsync=all";
 
 /// A fresh registry partition holding the bench workspace's record.
-fn fresh_registry(base: &Path, name: &str, record: &[u8], ws: &str) -> Result<Registry> {
+pub(crate) fn fresh_registry(base: &Path, name: &str, record: &[u8], ws: &str) -> Result<Registry> {
     let dir = base.join(name);
     fs::create_dir_all(&dir).map_err(context("create registry"))?;
     fs::write(dir.join(format!("{ws}.json")), record).map_err(context("write record"))?;
