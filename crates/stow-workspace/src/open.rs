@@ -71,7 +71,9 @@ fn checked_working_directory(rec: &Record) -> Result<PathBuf> {
 }
 
 /// The prepare-shaped description of a registered workspace (what
-/// `resume` answers and `workspace serve` announces).
+/// `resume` answers and `workspace serve` announces). Its `base_identity`
+/// is the one the workspace was prepared or restored with (what it is
+/// based on), so describing costs the same whatever the tree holds.
 pub(crate) fn describe(
     registry: &Registry,
     rec: &Record,
@@ -95,7 +97,12 @@ pub(crate) fn describe(
         },
         seeded_bytes: 0,
         seeded_objects: 0,
-        base_identity: crate::tree::base_identity(&rec.dir)?,
+        // Recorded at prepare or restore: opening never walks the tree
+        // (workspaces from before it was recorded are walked once here).
+        base_identity: match read_identity(&rec.dir)?.base_identity {
+            Some(b) => b,
+            None => crate::tree::base_identity(&rec.dir)?,
+        },
         repositories: Vec::new(),
         checkpoint_id: checkpoint_id.map(str::to_string),
         capabilities: capabilities(rec, RegistryBound::new(bound, count)),

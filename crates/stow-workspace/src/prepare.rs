@@ -106,6 +106,10 @@ pub struct Identity {
     pub bucket: String,
     pub created: String,
     pub owned: bool,
+    /// The `base_identity` of the tree the workspace was prepared (or
+    /// restored) with, so opening it never has to walk the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_identity: Option<String>,
 }
 
 /// Reads a workspace's identity document.
@@ -123,6 +127,13 @@ pub(crate) fn write_identity(root: &Path, ident: &Identity) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(ident)
         .map_err(|e| WsError::InvalidRequest(format!("encode identity: {e}")))?;
     atomic_write(&stow.join("workspace.json"), &bytes, 0o600)
+}
+
+/// Records the base identity of a new workspace in its identity document.
+pub(crate) fn record_base_identity(root: &Path, base_identity: &str) -> Result<()> {
+    let mut ident = read_identity(root)?;
+    ident.base_identity = Some(base_identity.to_string());
+    write_identity(root, &ident)
 }
 
 /// Takes the session lock of a workspace, refusing when a live owner holds it.
@@ -241,6 +252,7 @@ fn prepare_created(
             bucket: bucket.to_string(),
             created: created.clone(),
             owned: true,
+            base_identity: None,
         },
     )?;
     let _session = claim_session(root, id)?;
@@ -334,6 +346,7 @@ fn prepare_created(
     rec.working_directory = Some(working_dir.clone());
     registry.put(&rec)?;
     let base_identity = tree::base_identity(root)?;
+    record_base_identity(root, &base_identity)?;
     Ok(WorkspaceResult {
         version: 1,
         workspace_id: id.to_string(),

@@ -13,8 +13,8 @@ use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, now_rfc3339, random_hex};
 use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::prepare::{
-    capabilities, claim_session, new_workspace_id, write_identity, Identity, RegistryBound,
-    WorkspaceResult,
+    capabilities, claim_session, new_workspace_id, record_base_identity, write_identity, Identity,
+    RegistryBound, WorkspaceResult,
 };
 use crate::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
@@ -114,10 +114,12 @@ pub(crate) fn restore_as(
                 bucket: bucket.clone(),
                 created: created.clone(),
                 owned,
+                base_identity: None,
             },
         )?;
         let _session = claim_session(&root, &ws)?;
         let base_identity = materialize(registry, &m, &root, limits.progress)?;
+        record_base_identity(&root, &base_identity)?;
         if m.version == 2 {
             let view = WorkspaceBucket::open(&root, &bucket)?;
             for b in &m.buckets {

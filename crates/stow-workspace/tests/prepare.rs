@@ -617,3 +617,19 @@ fn the_seed_manifest_without_its_repository_prepares() {
     assert_eq!((r.seeded_bytes, r.seeded_objects), (8, 2));
     assert_eq!(r.team.as_deref(), Some("platform"));
 }
+
+#[test]
+fn opening_reports_the_recorded_base_without_walking_the_tree() {
+    let f = Fixture::new();
+    let r = prepare(&f.manifest(&base(""))).unwrap();
+    let reg = Registry::resolve(Some(&f.dir.join("reg")), None).unwrap();
+    // The agent edits the tree; a resume describes what the workspace is
+    // based on (prepare's tree), not the tree now.
+    fs::write(r.root.join("seed.txt"), "edited").unwrap();
+    let resumed = open::resume(&reg, &r.workspace_id, None, true).unwrap();
+    assert_eq!(resumed.base_identity, r.base_identity);
+    assert_ne!(
+        stow_workspace::tree::base_identity(&r.root).unwrap(),
+        r.base_identity
+    );
+}
