@@ -982,3 +982,46 @@ def test_sigkill_during_a_capture(stow_bin, workdir):
                 assert resolved["outcome"] == "committed", "a committed reply must be durable"
     print(dict(seen), f"undisturbed capture {took:.2f}s")
     assert seen["committed"] + seen["not_found"] == KILL_ROUNDS
+
+
+# ---------------------------------------------------------------- guide, bounds
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_the_checkpoint_guide_is_a_resource_and_the_instructions(stow_bin, workdir, era):
+    p = prepare(stow_bin, workdir, {"a.txt": b"a"})
+
+    async def go():
+        async with ws_session(stow_bin, workdir / "reg", p["workspace_id"], era) as s:
+            listed = (await s.client.list_resources()).resources
+            read = await s.client.read_resource("stow://guides/checkpoints/v1")
+            return listed, read
+
+    listed, read = arun(go())
+    assert [(str(r.uri), r.mime_type) for r in listed] == [("stow://guides/checkpoints/v1", "text/plain")]
+    (content,) = read.contents
+    assert content.mime_type == "text/plain"
+    text = content.text
+    # The workflow the guide must teach.
+    for phrase in ("request_key", "committed", "stow_checkpoint_resolve", "pause", "not evidence"):
+        assert phrase in text, phrase
+
+
+def test_a_result_over_256_kib_keeps_its_outcome(stow_bin, workdir):
+    # A capture that excludes many sensitive-looking files has a long
+    # `excluded` list: the committed outcome survives the response bound.
+    files = {f"secrets/{'k' * 180}{i:05}.pem": b"x" for i in range(1500)}
+    files["keep.txt"] = b"keep"
+    p = prepare(stow_bin, workdir, files, include_sensitive_inputs=True)
+
+    async def go():
+        async with ws_session(stow_bin, workdir / "reg", p["workspace_id"]) as s:
+            return await s.call("stow_checkpoint_create",
+                                {"workspace_id": p["workspace_id"], "request_key": "big"})
+
+    env = arun(go())
+    assert env["outcome"] == "committed", env
+    assert env["error"]["code"] == "response_too_large"
+    cp = env["checkpoint_id"]
+    assert (workdir / "reg" / ".stow" / "checkpoints" / cp / "manifest.json").is_file()
+    assert env["capture"]["replayed"] is False
