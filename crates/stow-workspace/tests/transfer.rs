@@ -357,3 +357,52 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_adopt_whose_restore_fails_reports_partial_import_and_keeps_the_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (p, reg) = workspace(dir);
+    let c = checkpoint::capture(&reg, &p.workspace_id, &CaptureOptions::default()).unwrap();
+    let out = dir.join("out");
+    fs::create_dir(&out).unwrap();
+    stow_workspace::handoff::handoff(
+        &reg,
+        &p.workspace_id,
+        Some(&c.checkpoint_id),
+        Some(&out.join("cp.tar.gz")),
+        Some(&out.join("handoff.json")),
+    )
+    .unwrap();
+    // The receiving registry is at its standing bound of one workspace:
+    // the import is admitted (checkpoints are not bounded), the restore is
+    // not.
+    fs::create_dir_all(dir.join("other/in")).unwrap();
+    fs::write(dir.join("other/in/x.txt"), "x").unwrap();
+    fs::write(
+        dir.join("other/t.json"),
+        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
+    )
+    .unwrap();
+    prepare(&dir.join("other/t.json")).unwrap();
+    let reg2 = Registry::resolve(Some(&dir.join("other/reg")), None).unwrap();
+    stow_workspace::admin::policy_set(
+        &reg2,
+        stow_workspace::admin::PolicyUpdate {
+            max_workspaces: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let err = stow_workspace::handoff::adopt(
+        Some(&dir.join("other/reg")),
+        None,
+        &out.join("handoff.json"),
+        &dir.join("adopted"),
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "partial_import", "{err}");
+    assert!(!dir.join("adopted").exists());
+    checkpoint::verify(&reg2, &c.checkpoint_id).unwrap();
+}
