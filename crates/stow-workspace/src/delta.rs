@@ -22,9 +22,10 @@ use sha2::{Digest, Sha256};
 
 use crate::archive::ArchiveLimits;
 use crate::checkpoint::{
-    admit, blob_ok, diff_buckets, diff_files_exact, diff_objects, discard, load_manifest, publish,
-    read_blob, stage_bytes, summaries, validate_manifest, CheckpointManifest, CheckpointResult,
-    FileEntry, ObjectEntry, Payload, RetentionCaps, Summary,
+    admit, blob_ok, diff_buckets, diff_files_exact, diff_links, diff_objects, discard,
+    load_manifest, publish, read_blob, stage_bytes, summaries, validate_manifest,
+    CheckpointManifest, CheckpointResult, DirectoryEntry, FileEntry, Kind, LinkChange, LinkEntry,
+    ObjectEntry, Payload, RetentionCaps, Summary,
 };
 use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, create_private_dir, hex, now_rfc3339, random_hex, write_new_file};
@@ -37,15 +38,6 @@ pub const MAX_DELTA_BYTES: u64 = 16 << 20;
 const MAX_CHANGES: usize = 100_000;
 /// Largest document `apply` reads: the content in base64 plus the listing.
 const MAX_DOCUMENT_BYTES: u64 = 2 * MAX_DELTA_BYTES + (1 << 20);
-
-/// What happened to a path, an object or a bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Added,
-    Deleted,
-    Changed,
-}
 
 /// One file change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +98,13 @@ pub struct DeltaDocument {
     /// The delta carries sensitive-looking paths (the sender opted in).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_sensitive: bool,
+    /// Symbolic link changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_changes: Vec<LinkChange>,
+    /// The target's directories with their modes, when they differ from
+    /// the base's (directories are metadata: replaced, never merged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirs: Option<Vec<DirectoryEntry>>,
 }
 
 /// The result of `delta`.
@@ -206,9 +205,11 @@ pub fn delta(
     } else {
         Vec::new()
     };
+    let link_changes = diff_links(&a.links, &b.links);
     let sensitive = changes
         .iter()
         .map(|c| c.path.as_str())
+        .chain(link_changes.iter().map(|c| c.path.as_str()))
         .chain(object_changes.iter().map(|c| c.key.as_str()))
         .find(|p| is_sensitive(p))
         .map(str::to_string);
@@ -218,7 +219,7 @@ pub fn delta(
             opt_in: "--include-sensitive",
         });
     }
-    let count = changes.len() + object_changes.len();
+    let count = changes.len() + object_changes.len() + link_changes.len();
     let max_files = if opts.limits.max_files == 0 {
         MAX_CHANGES as u64
     } else {
@@ -273,6 +274,8 @@ pub fn delta(
         content,
         object_content,
         include_sensitive: sensitive.is_some(),
+        link_changes,
+        dirs: (a.dirs != b.dirs).then(|| b.dirs.clone()),
     };
     let raw = serde_json::to_vec(&doc)
         .map_err(|e| WsError::InvalidRequest(format!("encode delta: {e}")))?;
@@ -412,6 +415,18 @@ fn check_document(doc: &DeltaDocument) -> Result<(HashMap<String, Body>, HashMap
             (None, None) => {}
         }
     }
+    let mut link_paths = std::collections::HashSet::new();
+    for c in &doc.link_changes {
+        check_checkpoint_path(&c.path).map_err(|e| bad(e.to_string()))?;
+        let shape_ok = match c.kind {
+            Kind::Added => c.from.is_none() && c.to.is_some(),
+            Kind::Deleted => c.from.is_some() && c.to.is_none(),
+            Kind::Changed => c.from.is_some() && c.to.is_some(),
+        };
+        if !shape_ok || !link_paths.insert(c.path.as_str()) {
+            return Err(bad(format!("the change of link {} is malformed", c.path)));
+        }
+    }
     if doc.content.len() != files.len() {
         return Err(bad("the document holds content no change names".into()));
     }
@@ -485,10 +500,7 @@ fn check_document(doc: &DeltaDocument) -> Result<(HashMap<String, Body>, HashMap
 
 /// Checks every precondition on `base` and returns the target manifest's
 /// files, buckets and objects; nothing is written.
-fn replay(
-    doc: &DeltaDocument,
-    base: &CheckpointManifest,
-) -> Result<(Vec<FileEntry>, Vec<String>, Vec<ObjectEntry>)> {
+fn replay(doc: &DeltaDocument, base: &CheckpointManifest) -> Result<Replayed> {
     let mut files: BTreeMap<String, FileEntry> = base
         .files
         .iter()
@@ -553,11 +565,47 @@ fn replay(
             None => objects.remove(&k),
         };
     }
-    Ok((
-        files.into_values().collect(),
+    let mut links: BTreeMap<String, String> = base
+        .links
+        .iter()
+        .map(|l| (l.path.clone(), l.target.clone()))
+        .collect();
+    for c in &doc.link_changes {
+        let have = links.get(&c.path);
+        let holds = match c.kind {
+            Kind::Added => have.is_none(),
+            Kind::Changed | Kind::Deleted => have == c.from.as_ref(),
+        };
+        if !holds {
+            return Err(WsError::DeltaConflict(format!(
+                "link {}: not as the delta expects",
+                c.path
+            )));
+        }
+        match &c.to {
+            Some(t) => links.insert(c.path.clone(), t.clone()),
+            None => links.remove(&c.path),
+        };
+    }
+    Ok(Replayed {
+        files: files.into_values().collect(),
         buckets,
-        objects.into_values().collect(),
-    ))
+        objects: objects.into_values().collect(),
+        links: links
+            .into_iter()
+            .map(|(path, target)| LinkEntry { path, target })
+            .collect(),
+        dirs: doc.dirs.clone().unwrap_or_else(|| base.dirs.clone()),
+    })
+}
+
+/// The target manifest's contents a delta rebuilds on its base.
+struct Replayed {
+    files: Vec<FileEntry>,
+    buckets: Vec<String>,
+    objects: Vec<ObjectEntry>,
+    links: Vec<LinkEntry>,
+    dirs: Vec<DirectoryEntry>,
 }
 
 /// Applies delta `path` to checkpoint `base`, publishing a new checkpoint
@@ -602,7 +650,13 @@ pub fn apply(
             doc.version, b.version
         )));
     }
-    let (files, buckets, objects) = replay(&doc, &b)?;
+    let Replayed {
+        files,
+        buckets,
+        objects,
+        links,
+        dirs,
+    } = replay(&doc, &b)?;
     let id = format!("cp_{}", random_hex(12));
     let m = CheckpointManifest {
         version: b.version,
@@ -615,6 +669,9 @@ pub fn apply(
         primary_bucket: b.primary_bucket.clone(),
         buckets,
         objects,
+        dirs,
+        links,
+        skipped: b.skipped.clone(),
     };
     validate_manifest(&m).map_err(|e| WsError::DeltaConflict(format!("the result: {e}")))?;
     // Every payload the new checkpoint keeps from the base must be there.
@@ -678,16 +735,5 @@ pub fn apply(
             return Err(e);
         }
     };
-    Ok(CheckpointResult {
-        version: 1,
-        checkpoint_id: id,
-        workspace_id: m.workspace_id.clone(),
-        parent_checkpoint_id: m.parent_id.clone(),
-        created: m.created.clone(),
-        files: m.files.len() as u64,
-        bytes,
-        stored_bytes,
-        objects: (m.version == 2).then_some(m.objects.len() as u64),
-        excluded_sensitive_paths: m.excluded.clone(),
-    })
+    Ok(CheckpointResult::of(&m, stored_bytes))
 }

@@ -27,8 +27,9 @@ pub fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
 }
 
 /// `"sha256:"` + hex SHA-256 over every regular file under `root` (sorted
-/// per directory; `.stow` at the root and `.git` anywhere skipped), feeding
-/// for each file: slash path, NUL, bytes, NUL.
+/// per directory; `.stow` at the root and `.git` anywhere skipped; links
+/// and special files are not regular files), feeding for each file: slash
+/// path, NUL, bytes, NUL.
 pub fn base_identity(root: &Path) -> Result<String> {
     let mut h = Sha256::new();
     identity_walk(root, "", 0, &mut h)?;
@@ -67,12 +68,9 @@ fn identity_walk(dir: &Path, rel: &str, depth: usize, h: &mut Sha256) -> Result<
                 h.update(&buf[..n]);
             }
             h.update([0u8]);
-        } else {
-            return Err(WsError::InvalidInput {
-                path,
-                reason: "not a regular file or directory".into(),
-            });
         }
+        // Symbolic links (never followed) and special files carry no
+        // bytes of their own: the identity covers regular files.
     }
     Ok(())
 }

@@ -415,18 +415,7 @@ pub(crate) fn import_with_digest(
         Err(e) => return abandon(e),
     };
     clock.lap("publish");
-    Ok(CheckpointResult {
-        version: 1,
-        checkpoint_id: m.id.clone(),
-        workspace_id: m.workspace_id.clone(),
-        parent_checkpoint_id: m.parent_id.clone(),
-        created: m.created.clone(),
-        files: m.files.len() as u64,
-        bytes: summary.bytes,
-        stored_bytes,
-        objects: (m.version == 2).then_some(m.objects.len() as u64),
-        excluded_sensitive_paths: m.excluded.clone(),
-    })
+    Ok(CheckpointResult::of(&m, stored_bytes))
 }
 
 /// Refuses a manifest whose parent chain, through the checkpoints here,

@@ -274,6 +274,9 @@ pub(crate) fn capture_locked(
         primary_bucket: objects_before.as_ref().map(|_| rec.bucket.as_str()),
         buckets: objects_before.as_ref().map_or(&[], |o| &o.buckets),
         objects: &objects,
+        dirs: &before.dirs,
+        links: &before.links,
+        skipped: &before.skipped,
     };
     // The stat cache is an optimisation: failing to save it is harmless.
     // Not fsynced: after a crash the cache is the old one, the new one or
@@ -366,6 +369,8 @@ pub(crate) fn capture_locked(
         stored_bytes,
         objects: opts.portable.then_some(object_count),
         excluded_sensitive_paths: excluded_paths,
+        links: before.links.len() as u64,
+        skipped: before.skipped.clone(),
     })
 }
 

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::format::{load_manifest, FileEntry, ObjectEntry};
+use super::format::{load_manifest, FileEntry, LinkEntry, ObjectEntry};
 use crate::error::Result;
 use crate::registry::Registry;
 
@@ -20,6 +20,58 @@ pub struct Change {
     pub to: Option<FileEntry>,
 }
 
+/// What happened to a path, an object or a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Added,
+    Deleted,
+    Changed,
+}
+
+/// One link change: added (`to`), deleted (`from`) or retargeted (both).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkChange {
+    pub path: String,
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// Sorted link differences: added, deleted, retargeted (`changed`).
+pub fn diff_links(a: &[LinkEntry], b: &[LinkEntry]) -> Vec<LinkChange> {
+    let am: BTreeMap<&str, &str> = a
+        .iter()
+        .map(|l| (l.path.as_str(), l.target.as_str()))
+        .collect();
+    let bm: BTreeMap<&str, &str> = b
+        .iter()
+        .map(|l| (l.path.as_str(), l.target.as_str()))
+        .collect();
+    let paths: BTreeSet<&str> = am.keys().chain(bm.keys()).copied().collect();
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let (from, to) = (am.get(p).copied(), bm.get(p).copied());
+            let kind = match (from, to) {
+                (None, Some(_)) => Kind::Added,
+                (Some(_), None) => Kind::Deleted,
+                (Some(x), Some(y)) if x != y => Kind::Changed,
+                _ => return None,
+            };
+            Some(LinkChange {
+                path: p.to_string(),
+                kind,
+                from: from.map(str::to_string),
+                to: to.map(str::to_string),
+            })
+        })
+        .collect()
+}
+
 /// The result of `diff`.
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffResult {
@@ -30,6 +82,10 @@ pub struct DiffResult {
     pub buckets: Option<Vec<BucketChange>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub objects: Option<Vec<ObjectChange>>,
+    /// Symbolic links added, removed or retargeted (present when either
+    /// checkpoint has links).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<Vec<LinkChange>>,
 }
 
 /// Differences between two checkpoints, sorted by path: `added`, `deleted`,
@@ -43,6 +99,7 @@ pub fn diff(registry: &Registry, from: &str, to: &str) -> Result<DiffResult> {
         changes: diff_files(&a.files, &b.files),
         buckets: portable.then(|| diff_buckets(&a.buckets, &b.buckets)),
         objects: portable.then(|| diff_objects(&a.objects, &b.objects)),
+        links: (!a.links.is_empty() || !b.links.is_empty()).then(|| diff_links(&a.links, &b.links)),
     })
 }
 

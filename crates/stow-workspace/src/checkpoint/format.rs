@@ -58,6 +58,12 @@ pub(crate) struct ManifestView<'a> {
     pub(super) buckets: &'a [String],
     #[serde(skip_serializing_if = "<[ObjectEntry]>::is_empty")]
     pub(super) objects: &'a [ObjectEntry],
+    #[serde(skip_serializing_if = "<[DirectoryEntry]>::is_empty")]
+    pub(super) dirs: &'a [DirectoryEntry],
+    #[serde(skip_serializing_if = "<[LinkEntry]>::is_empty")]
+    pub(super) links: &'a [LinkEntry],
+    #[serde(skip_serializing_if = "<[SkippedEntry]>::is_empty")]
+    pub(super) skipped: &'a [SkippedEntry],
 }
 
 /// The `files` of a [`ManifestView`]: scanned files with their digests
@@ -95,8 +101,37 @@ impl Serialize for FilesView<'_> {
     }
 }
 
-/// An immutable version-1 checkpoint manifest.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A captured symbolic link: its path and target text, never what it
+/// points at.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkEntry {
+    pub path: String,
+    pub target: String,
+}
+
+/// A captured directory (every one, so empty directories and directory
+/// modes are restored).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DirectoryEntry {
+    pub path: String,
+    pub mode: u32,
+}
+
+/// A socket, FIFO or device met in the tree: not captured, listed with the
+/// reason.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SkippedEntry {
+    pub path: String,
+    pub reason: String,
+}
+
+/// An immutable checkpoint manifest (version 1: files; version 2 also the
+/// bucket's objects). Directories, links and skipped entries were added
+/// later: older manifests have none and read as before.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointManifest {
     pub version: u32,
@@ -117,6 +152,15 @@ pub struct CheckpointManifest {
     /// v2: objects held outside the file view (non-portable keys, other buckets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<ObjectEntry>,
+    /// Every directory with its mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<DirectoryEntry>,
+    /// Symbolic links, as links.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkEntry>,
+    /// Sockets, FIFOs and devices that were not captured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
 }
 
 /// One captured object of a portable (v2) checkpoint.
@@ -168,6 +212,42 @@ pub struct CheckpointResult {
     pub objects: Option<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub excluded_sensitive_paths: Vec<String>,
+    /// Symbolic links captured (as links).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub links: u64,
+    /// Sockets, FIFOs and devices not captured, with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl CheckpointResult {
+    /// The result of publishing manifest `m` (import, apply), `stored_bytes`
+    /// of it new to the blob store.
+    pub(crate) fn of(m: &CheckpointManifest, stored_bytes: u64) -> CheckpointResult {
+        CheckpointResult {
+            version: 1,
+            checkpoint_id: m.id.clone(),
+            workspace_id: m.workspace_id.clone(),
+            parent_checkpoint_id: m.parent_id.clone(),
+            created: m.created.clone(),
+            files: m.files.len() as u64,
+            bytes: m
+                .files
+                .iter()
+                .map(|f| f.size)
+                .chain(m.objects.iter().map(|o| o.size))
+                .fold(0, u64::saturating_add),
+            stored_bytes,
+            objects: (m.version == 2).then_some(m.objects.len() as u64),
+            excluded_sensitive_paths: m.excluded.clone(),
+            links: m.links.len() as u64,
+            skipped: m.skipped.clone(),
+        }
+    }
 }
 
 /// Whether `d` is 64 lowercase hex digits (a SHA-256 as we store it).
@@ -369,6 +449,53 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
             return Err(format!("{a} is listed twice"));
         }
     }
+    // Directories and links: valid, unique, never the same path as a
+    // file, and nothing lives beneath a link (restoring it would write
+    // through the link).
+    let mut dirs: HashSet<&str> = HashSet::new();
+    for d in &m.dirs {
+        crate::paths::check_checkpoint_path(&d.path).map_err(|e| e.to_string())?;
+        if d.mode > 0o777 || !dirs.insert(d.path.as_str()) {
+            return Err(format!("directory {} is malformed or listed twice", d.path));
+        }
+    }
+    let mut links: HashSet<&str> = HashSet::new();
+    for l in &m.links {
+        crate::paths::check_checkpoint_path(&l.path).map_err(|e| e.to_string())?;
+        if l.target.is_empty() || l.target.len() > 4096 || l.target.contains('\0') {
+            return Err(format!("link {}: the target is malformed", l.path));
+        }
+        if !links.insert(l.path.as_str()) || dirs.contains(l.path.as_str()) {
+            return Err(format!("link {} is listed twice", l.path));
+        }
+    }
+    let under_link = |p: &str| {
+        let mut rest = p;
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if links.contains(parent) {
+                return true;
+            }
+            rest = parent;
+        }
+        false
+    };
+    for p in paths
+        .iter()
+        .copied()
+        .chain(dirs.iter().copied())
+        .chain(links.iter().copied())
+    {
+        if under_link(p) {
+            return Err(format!("{p} lies beneath a symbolic link"));
+        }
+    }
+    for p in &paths {
+        if dirs.contains(p) || links.contains(p) {
+            return Err(format!(
+                "{p} is listed as a file and as a directory or link"
+            ));
+        }
+    }
     // A file may not also be a directory of another file ("a" and "a/b").
     let set: HashSet<&str> = paths.iter().copied().collect();
     for p in &paths {
@@ -498,6 +625,7 @@ mod tests {
                 vec![]
             },
             objects,
+            ..Default::default()
         }
     }
 
@@ -586,6 +714,18 @@ mod tests {
             metadata: BTreeMap::from([("m".into(), "v".into())]),
         };
         let excluded = vec![".env".to_string()];
+        let dirs = vec![DirectoryEntry {
+            path: "d".into(),
+            mode: 0o700,
+        }];
+        let links = vec![LinkEntry {
+            path: "bin/tool".into(),
+            target: "../node_modules/x/\"q\".js".into(),
+        }];
+        let skipped = vec![SkippedEntry {
+            path: "dev.sock".into(),
+            reason: "a socket is not captured".into(),
+        }];
         let buckets = vec!["main".to_string(), "other".to_string()];
         // A portable capture keeps S3 properties of files (here: both kinds
         // on one file, a content type alone on the other).
@@ -626,6 +766,9 @@ mod tests {
                 primary_bucket: portable.then_some("main"),
                 buckets: if portable { &buckets } else { &[] },
                 objects: &objects,
+                dirs: &dirs,
+                links: &links,
+                skipped: &skipped,
             };
             let owned = CheckpointManifest {
                 version: view.version,
@@ -656,6 +799,9 @@ mod tests {
                 primary_bucket: portable.then(|| "main".to_string()),
                 buckets: if portable { buckets.clone() } else { vec![] },
                 objects: objects.clone(),
+                dirs: dirs.clone(),
+                links: links.clone(),
+                skipped: skipped.clone(),
             };
             let enc = |v: &dyn erased::Ser| v.bytes().unwrap();
             assert_eq!(

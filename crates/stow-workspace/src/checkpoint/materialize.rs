@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use super::blobs::{blob_path, verify_blob};
 use super::format::{load_manifest, object_as_file, CheckpointManifest, FileEntry};
 use crate::error::{Result, WsError};
-use crate::fsutil::hex;
+use crate::fsutil::{create_dirs_within, hex};
 use crate::paths::check_checkpoint_path;
 use crate::progress::Progress;
 use crate::registry::Registry;
@@ -48,19 +48,28 @@ pub(crate) fn materialize(
     root: &Path,
     progress: Option<&dyn Progress>,
 ) -> Result<String> {
-    let mut made: BTreeSet<PathBuf> = BTreeSet::new();
+    // Directories first (recorded ones, then every file's and link's
+    // parent), component by component and never through a symlink; links
+    // come last, so no file is ever written through one, and directory
+    // modes are set once everything inside them exists.
+    let mut made: BTreeSet<&str> = BTreeSet::new();
+    fn parent_of(p: &str) -> Option<&str> {
+        p.rsplit_once('/').map(|(d, _)| d)
+    }
+    for rel in m
+        .dirs
+        .iter()
+        .map(|d| d.path.as_str())
+        .chain(m.files.iter().filter_map(|f| parent_of(&f.path)))
+        .chain(m.links.iter().filter_map(|l| parent_of(&l.path)))
+    {
+        check_checkpoint_path(rel)?;
+        if made.insert(rel) {
+            create_dirs_within(root, rel, 0o755)?;
+        }
+    }
     for f in &m.files {
         check_checkpoint_path(&f.path)?;
-        if let Some(parent) = root.join(&f.path).parent() {
-            if made.insert(parent.to_path_buf()) {
-                use std::os::unix::fs::DirBuilderExt;
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| WsError::io_at("create directory", parent, e))?;
-            }
-        }
     }
     // Walk order of `base_identity`: names compared per directory level.
     // Checkpoint paths never contain `.git` or a leading `.stow` (checked
@@ -110,6 +119,19 @@ pub(crate) fn materialize(
     });
     if let Ok(Some(e)) = first_err.into_inner() {
         return Err(e);
+    }
+    for l in &m.links {
+        let at = root.join(&l.path);
+        std::os::unix::fs::symlink(&l.target, &at)
+            .map_err(|e| WsError::io_at("create link", &at, e))?;
+    }
+    // Deepest first: a directory's own mode may forbid writing into it.
+    let mut dirs: Vec<&crate::checkpoint::DirectoryEntry> = m.dirs.iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.path.matches('/').count()));
+    for d in dirs {
+        let at = root.join(&d.path);
+        fs::set_permissions(&at, fs::Permissions::from_mode(d.mode))
+            .map_err(|e| WsError::io_at("chmod", &at, e))?;
     }
     match identity {
         Ok(Ok(Some(id))) => Ok(id),

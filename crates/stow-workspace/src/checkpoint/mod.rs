@@ -48,10 +48,12 @@ use crate::registry::Registry;
 pub use blobs::{stored_bytes, verify_blob};
 pub use capture::{capture, CaptureOptions};
 pub use delete::{delete, DeleteResult};
-pub use diff::{diff, diff_files, BucketChange, Change, DiffResult, ObjectChange};
+pub use diff::{
+    diff, diff_files, diff_links, BucketChange, Change, DiffResult, Kind, LinkChange, ObjectChange,
+};
 pub use format::{
     check_belongs, load_manifest, registry_usage, summaries, CheckpointManifest, CheckpointResult,
-    FileEntry, ObjectEntry, Summary,
+    DirectoryEntry, FileEntry, LinkEntry, ObjectEntry, SkippedEntry, Summary,
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;

@@ -3,10 +3,11 @@
 //! copying is a drain of events rather than a second scan.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::format::{DirectoryEntry, LinkEntry, SkippedEntry};
 use crate::error::{Result, WsError};
 use crate::paths::{check_checkpoint_leaf, check_checkpoint_path, is_sensitive};
 use crate::tree::excluded;
@@ -44,6 +45,12 @@ impl Scanned {
 pub(super) struct Scan {
     pub(super) files: Vec<Scanned>,
     pub(super) excluded: Vec<String>,
+    /// Every directory under the root, with its mode.
+    pub(super) dirs: Vec<DirectoryEntry>,
+    /// Symbolic links, never followed.
+    pub(super) links: Vec<LinkEntry>,
+    /// Sockets, FIFOs and devices, not captured.
+    pub(super) skipped: Vec<SkippedEntry>,
 }
 
 /// Threads a scan uses: directories are independent, so two threads keep
@@ -94,11 +101,17 @@ pub(super) fn scan(
     for p in parts {
         out.files.extend(p.files);
         out.excluded.extend(p.excluded);
+        out.dirs.extend(p.dirs);
+        out.links.extend(p.links);
+        out.skipped.extend(p.skipped);
     }
     // Threads finish directories in any order; the result is sorted so two
     // scans of the same tree compare equal.
     out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     out.excluded.sort_unstable();
+    out.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
@@ -206,35 +219,63 @@ pub(super) fn scan_dir(
                 out.excluded.push(format!("{child}/"));
                 continue;
             }
+            check_checkpoint_path(&child)?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+            out.dirs.push(DirectoryEntry {
+                path: child.clone(),
+                mode: meta.permissions().mode() & 0o777,
+            });
             subdirs.push((entry.path(), child, depth + 1));
             continue;
         }
+        if !sens && is_sensitive(&child) {
+            out.excluded.push(child);
+            continue;
+        }
+        if dir_checked {
+            check_checkpoint_leaf(&child)?;
+        } else {
+            check_checkpoint_path(&child)?;
+            dir_checked = true;
+        }
+        if ft.is_symlink() {
+            // The link itself, never what it points at.
+            let target = fs::read_link(entry.path())
+                .map_err(|e| WsError::io_at("read link", &entry.path(), e))?;
+            out.links.push(LinkEntry {
+                path: child,
+                target: target.to_string_lossy().into_owned(),
+            });
+            continue;
+        }
         if ft.is_file() {
-            if !sens && is_sensitive(&child) {
-                out.excluded.push(child);
-                continue;
-            }
-            if dir_checked {
-                check_checkpoint_leaf(&child)?;
-            } else {
-                check_checkpoint_path(&child)?;
-                dir_checked = true;
-            }
             // DirEntry::metadata does not follow symlinks and stats
             // relative to the open directory.
             let meta = entry
                 .metadata()
                 .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
-            // Replaced by something else since the listing: refuse like
-            // any non-regular entry (the re-scan would catch it anyway).
+            // Replaced by something else since the listing: refuse; a
+            // retry sees what is there now.
             if meta.file_type().is_file() {
                 out.files.push(Scanned::new(child, &meta));
                 continue;
             }
+            return Err(WsError::WorkspaceChanged(format!(
+                "{child} changed while it was scanned"
+            )));
         }
-        return Err(WsError::InvalidInput {
-            path: entry.path(),
-            reason: "symbolic links and special files cannot be captured".into(),
+        let reason = if ft.is_socket() {
+            "a socket is not captured"
+        } else if ft.is_fifo() {
+            "a FIFO is not captured"
+        } else {
+            "a device file is not captured"
+        };
+        out.skipped.push(SkippedEntry {
+            path: child,
+            reason: reason.into(),
         });
     }
     Ok(())
