@@ -216,6 +216,9 @@ pub enum WorkspaceCommand {
         /// Portable (v2): capture the workspace bucket's objects and buckets too.
         #[arg(long)]
         portable: bool,
+        /// Capture what the root's .stowignore would keep out, too.
+        #[arg(long)]
+        no_ignore: bool,
         /// Keyed capture: a caller-persisted request key (replays, never repeats).
         #[arg(long)]
         request_key: Option<String>,
@@ -381,6 +384,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             max_files,
             include_sensitive,
             portable,
+            no_ignore,
             request_key,
             resolve,
             timeout,
@@ -402,6 +406,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                         max_files,
                         include_sensitive,
                         portable,
+                        no_ignore,
                     },
                 );
             }
@@ -411,6 +416,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 max_bytes,
                 max_files,
                 include_sensitive,
+                no_ignore,
                 portable,
                 progress: bar.as_ref().map(|b| b as &dyn Progress),
                 ..CaptureOptions::default()

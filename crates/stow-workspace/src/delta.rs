@@ -672,6 +672,7 @@ pub fn apply(
         dirs,
         links,
         skipped: b.skipped.clone(),
+        ignored: b.ignored.clone(),
     };
     validate_manifest(&m).map_err(|e| WsError::DeltaConflict(format!("the result: {e}")))?;
     // Every payload the new checkpoint keeps from the base must be there.

@@ -88,6 +88,8 @@ pub struct KeyedRequest<'a> {
     pub include_sensitive: bool,
     /// Portable (v2) capture.
     pub portable: bool,
+    /// Capture what `.stowignore` would keep out, too.
+    pub no_ignore: bool,
 }
 
 /// The checkpoint ID and full request digest a key derives.
@@ -123,13 +125,17 @@ fn options_digest(req: &KeyedRequest) -> String {
     } else {
         (req.max_bytes, req.max_files)
     };
-    let opts = serde_json::json!({
+    let mut opts = serde_json::json!({
         "parent": req.parent,
         "max_bytes": max_bytes,
         "max_files": max_files,
         "include_sensitive": req.include_sensitive,
         "portable": req.portable,
     });
+    // Only when set, so requests from before the option keep their digest.
+    if req.no_ignore {
+        opts["no_ignore"] = serde_json::Value::Bool(true);
+    }
     hex(&Sha256::digest(opts.to_string().as_bytes()))
 }
 
@@ -310,6 +316,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         max_bytes: req.max_bytes,
         max_files: req.max_files,
         include_sensitive: req.include_sensitive,
+        no_ignore: req.no_ignore,
         portable: req.portable,
         // The deadline holds until the checkpoint is published: a capture
         // past it stops and reports `cancelled`, never half-done.

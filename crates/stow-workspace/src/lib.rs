@@ -16,6 +16,7 @@ mod error;
 pub mod fsutil;
 mod git;
 pub mod handoff;
+mod ignorefile;
 pub mod keyed;
 pub mod manifest;
 pub mod open;

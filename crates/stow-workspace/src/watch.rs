@@ -68,6 +68,8 @@ mod imp {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
+    use ignore::gitignore::Gitignore;
+
     use super::{ignored, Verdict};
 
     /// Events that change what a capture would record. Opens, reads and
@@ -127,7 +129,7 @@ mod imp {
 
         /// Whether anything captured changed since the watches were added.
         /// `sens`: sensitive files are captured (so their edits count).
-        pub(crate) fn verdict(&self, sens: bool) -> Verdict {
+        pub(crate) fn verdict(&self, sens: bool, rules: Option<&Gitignore>) -> Verdict {
             if self.incomplete.load(Ordering::Relaxed) {
                 return Verdict::Unknown;
             }
@@ -154,7 +156,7 @@ mod imp {
                 // SAFETY: `n` bytes were written into the buffer.
                 let bytes =
                     unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
-                if changed_in(bytes, &dirs, sens) {
+                if changed_in(bytes, &dirs, sens, rules) {
                     return Verdict::Changed;
                 }
             }
@@ -162,7 +164,12 @@ mod imp {
     }
 
     /// Whether a batch of raw events holds one that changes the tree.
-    fn changed_in(mut bytes: &[u8], dirs: &HashMap<i32, (String, usize)>, sens: bool) -> bool {
+    fn changed_in(
+        mut bytes: &[u8],
+        dirs: &HashMap<i32, (String, usize)>,
+        sens: bool,
+        rules: Option<&Gitignore>,
+    ) -> bool {
         const HEADER: usize = 16;
         while bytes.len() >= HEADER {
             let word =
@@ -195,6 +202,16 @@ mod imp {
             let name = String::from_utf8_lossy(&raw_name[..name_len]);
             let content_only = mask & !(libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_ISDIR) == 0;
             let is_dir = mask & libc::IN_ISDIR != 0;
+            // A path `.stowignore` keeps out is not captured: its changes
+            // are none of the capture's business.
+            let path = if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if rules.is_some_and(|r| crate::ignorefile::is_ignored(r, &path, is_dir)) {
+                continue;
+            }
             if !ignored(*depth, rel, &name, is_dir, content_only, sens) {
                 return true;
             }
@@ -206,6 +223,8 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use std::path::Path;
+
+    use ignore::gitignore::Gitignore;
 
     use super::Verdict;
 
@@ -219,7 +238,7 @@ mod imp {
 
         pub(crate) fn add(&self, _dir: &Path, _rel: &str, _depth: usize) {}
 
-        pub(crate) fn verdict(&self, _sens: bool) -> Verdict {
+        pub(crate) fn verdict(&self, _sens: bool, _rules: Option<&Gitignore>) -> Verdict {
             Verdict::Unknown
         }
     }
@@ -260,7 +279,7 @@ mod tests {
     fn verdict_after(change: impl FnOnce(&Path), sens: bool) -> Verdict {
         let (t, w) = watched();
         change(t.path());
-        w.verdict(sens)
+        w.verdict(sens, None)
     }
 
     #[test]
@@ -355,6 +374,6 @@ mod tests {
     fn a_directory_that_cannot_be_watched_leaves_the_verdict_open() {
         let (t, w) = watched();
         w.add(&t.path().join("missing"), "missing", 1);
-        assert_eq!(w.verdict(false), Verdict::Unknown);
+        assert_eq!(w.verdict(false, None), Verdict::Unknown);
     }
 }

@@ -19,6 +19,7 @@ fn req<'a>(ws: &'a str, key: &'a str) -> KeyedRequest<'a> {
         max_files: 0,
         include_sensitive: false,
         portable: false,
+        no_ignore: false,
     }
 }
 

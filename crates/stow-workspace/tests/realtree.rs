@@ -191,3 +191,61 @@ fn links_specials_and_empty_directories_are_captured_and_restored() {
     fs::set_permissions(back.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(back2.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn stowignore_keeps_paths_out_and_no_ignore_captures_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (p, reg, root) = agent_tree(dir);
+    fs::write(
+        root.join(".stowignore"),
+        "# build output and logs\nbuild/\n*.log\n!keep.log\nnode_modules/\n",
+    )
+    .unwrap();
+    fs::write(root.join("run.log"), "noise").unwrap();
+    fs::write(root.join("keep.log"), "kept").unwrap();
+    fs::write(root.join("build/out.o"), "obj").unwrap();
+    let c = checkpoint::capture(&reg, &p.workspace_id, &CaptureOptions::default()).unwrap();
+    let ignored = c.ignored.clone().unwrap();
+    assert_eq!(
+        ignored.paths,
+        vec!["build/", "node_modules/", "run.log"],
+        "{ignored:?}"
+    );
+    assert_eq!(ignored.count, 3);
+    let m = checkpoint::load_manifest(&reg, &c.checkpoint_id).unwrap();
+    let has = |p: &str| m.files.iter().any(|f| f.path == p);
+    assert!(has("keep.log") && has(".stowignore") && !has("run.log"));
+    assert!(!has("node_modules/tool/bin/cli.js") && !has("build/out.o"));
+    // A log appended during the capture is not a change of the capture.
+    let busy = || fs::write(root.join("run.log"), "more noise").unwrap();
+    checkpoint::capture(
+        &reg,
+        &p.workspace_id,
+        &CaptureOptions {
+            after_copy: Some(&busy),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // --no-ignore captures everything.
+    let all = checkpoint::capture(
+        &reg,
+        &p.workspace_id,
+        &CaptureOptions {
+            no_ignore: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(all.ignored.is_none());
+    let m = checkpoint::load_manifest(&reg, &all.checkpoint_id).unwrap();
+    assert!(m.files.iter().any(|f| f.path == "build/out.o"));
+    assert!(m.files.iter().any(|f| f.path == "run.log"));
+    fs::set_permissions(root.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
+    // An ignore file that is not a regular file is refused, never skipped.
+    fs::remove_file(root.join(".stowignore")).unwrap();
+    fs::create_dir(root.join(".stowignore")).unwrap();
+    let err = checkpoint::capture(&reg, &p.workspace_id, &CaptureOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "invalid_request", "{err}");
+}

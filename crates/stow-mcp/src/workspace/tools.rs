@@ -168,6 +168,7 @@ impl WorkspaceCore {
             max_files,
             include_sensitive: false,
             portable: true,
+            no_ignore: false,
         };
         capture_envelope(keyed_capture(&self.settings.registry, &req))
     }

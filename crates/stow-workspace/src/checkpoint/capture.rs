@@ -9,7 +9,8 @@ use super::blobs::{
     blob_ok, discard, discard_pairs, stage_bytes, stage_reader, Payload, StageError,
 };
 use super::format::{
-    check_belongs, summaries, CheckpointResult, FilesView, ManifestView, ObjectEntry, Summary,
+    check_belongs, summaries, CheckpointResult, FilesView, Ignored, ManifestView, ObjectEntry,
+    Summary,
 };
 use super::objects::{snapshot_objects, ObjectSnapshot};
 use super::publish;
@@ -34,6 +35,8 @@ pub struct CaptureOptions<'a> {
     pub max_files: u64,
     /// Capture sensitive-looking paths instead of excluding them.
     pub include_sensitive: bool,
+    /// Capture what `.stowignore` would keep out, too.
+    pub no_ignore: bool,
     /// Portable (v2): capture the workspace bucket's objects and buckets too.
     pub portable: bool,
     /// Stop with `cancelled` (nothing published) once this instant has
@@ -114,6 +117,11 @@ pub(crate) fn capture_locked(
             rec.dir.display()
         )));
     }
+    let rules = if opts.no_ignore {
+        None
+    } else {
+        crate::ignorefile::load(&rec.dir)?
+    };
     let scan_start = now_ns();
     let mut clock = PhaseClock::start("capture");
     // Every directory is watched from before it is read, so the check after
@@ -124,7 +132,12 @@ pub(crate) fn capture_locked(
     let (before, cache, retained) = std::thread::scope(|s| {
         let cache = s.spawn(|| StatCache::load(&cache_path(registry, ws)));
         let retained = s.spawn(|| summaries(registry));
-        let before = scan(&rec.dir, opts.include_sensitive, watch.as_ref());
+        let before = scan(
+            &rec.dir,
+            opts.include_sensitive,
+            rules.as_ref(),
+            watch.as_ref(),
+        );
         (
             before,
             cache.join().unwrap_or_default(),
@@ -259,6 +272,7 @@ pub(crate) fn capture_locked(
                 .collect()
         })
         .unwrap_or_default();
+    let ignored_view = Ignored::of(&before.ignored);
     let manifest = ManifestView {
         version: if objects_before.is_some() { 2 } else { 1 },
         id,
@@ -277,6 +291,7 @@ pub(crate) fn capture_locked(
         dirs: &before.dirs,
         links: &before.links,
         skipped: &before.skipped,
+        ignored: ignored_view.as_ref(),
     };
     // The stat cache is an optimisation: failing to save it is harmless.
     // Not fsynced: after a crash the cache is the old one, the new one or
@@ -313,8 +328,14 @@ pub(crate) fn capture_locked(
         let pending =
             s.spawn(|| publish::prepare(registry, &to_publish, &manifest, &summary, &extra));
         let cache_bytes = s.spawn(encode_cache);
-        let check = tree_unchanged(&rec.dir, &before, opts.include_sensitive, watch.as_ref())
-            .and_then(|same| Ok((same, snapshot()?)));
+        let check = tree_unchanged(
+            &rec.dir,
+            &before,
+            opts.include_sensitive,
+            rules.as_ref(),
+            watch.as_ref(),
+        )
+        .and_then(|same| Ok((same, snapshot()?)));
         let panicked = || WsError::InvalidRequest("capture worker panicked".into());
         (
             check,
@@ -371,6 +392,7 @@ pub(crate) fn capture_locked(
         excluded_sensitive_paths: excluded_paths,
         links: before.links.len() as u64,
         skipped: before.skipped.clone(),
+        ignored: ignored_view,
     })
 }
 

@@ -64,6 +64,8 @@ pub(crate) struct ManifestView<'a> {
     pub(super) links: &'a [LinkEntry],
     #[serde(skip_serializing_if = "<[SkippedEntry]>::is_empty")]
     pub(super) skipped: &'a [SkippedEntry],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ignored: Option<&'a Ignored>,
 }
 
 /// The `files` of a [`ManifestView`]: scanned files with their digests
@@ -128,6 +130,28 @@ pub struct SkippedEntry {
     pub reason: String,
 }
 
+/// What `.stowignore` kept out of a capture: how many paths, and the
+/// first [`Ignored::MAX_LISTED`] of them (directories end with `/`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Ignored {
+    pub count: u64,
+    pub paths: Vec<String>,
+}
+
+impl Ignored {
+    /// Most ignored paths a manifest lists.
+    pub const MAX_LISTED: usize = 1000;
+
+    /// The record of `paths` (sorted), or `None` when nothing was ignored.
+    pub(crate) fn of(paths: &[String]) -> Option<Ignored> {
+        (!paths.is_empty()).then(|| Ignored {
+            count: paths.len() as u64,
+            paths: paths.iter().take(Self::MAX_LISTED).cloned().collect(),
+        })
+    }
+}
+
 /// An immutable checkpoint manifest (version 1: files; version 2 also the
 /// bucket's objects). Directories, links and skipped entries were added
 /// later: older manifests have none and read as before.
@@ -161,6 +185,9 @@ pub struct CheckpointManifest {
     /// Sockets, FIFOs and devices that were not captured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedEntry>,
+    /// Paths `.stowignore` kept out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<Ignored>,
 }
 
 /// One captured object of a portable (v2) checkpoint.
@@ -218,6 +245,9 @@ pub struct CheckpointResult {
     /// Sockets, FIFOs and devices not captured, with the reason.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedEntry>,
+    /// Paths `.stowignore` kept out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<Ignored>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -246,6 +276,7 @@ impl CheckpointResult {
             excluded_sensitive_paths: m.excluded.clone(),
             links: m.links.len() as u64,
             skipped: m.skipped.clone(),
+            ignored: m.ignored.clone(),
         }
     }
 }
@@ -726,6 +757,7 @@ mod tests {
             path: "dev.sock".into(),
             reason: "a socket is not captured".into(),
         }];
+        let ignored = Ignored::of(&["build/".to_string(), "x.log".to_string()]);
         let buckets = vec!["main".to_string(), "other".to_string()];
         // A portable capture keeps S3 properties of files (here: both kinds
         // on one file, a content type alone on the other).
@@ -769,6 +801,7 @@ mod tests {
                 dirs: &dirs,
                 links: &links,
                 skipped: &skipped,
+                ignored: ignored.as_ref(),
             };
             let owned = CheckpointManifest {
                 version: view.version,
@@ -802,6 +835,7 @@ mod tests {
                 dirs: dirs.clone(),
                 links: links.clone(),
                 skipped: skipped.clone(),
+                ignored: ignored.clone(),
             };
             let enc = |v: &dyn erased::Ser| v.bytes().unwrap();
             assert_eq!(

@@ -53,7 +53,7 @@ pub use diff::{
 };
 pub use format::{
     check_belongs, load_manifest, registry_usage, summaries, CheckpointManifest, CheckpointResult,
-    DirectoryEntry, FileEntry, LinkEntry, ObjectEntry, SkippedEntry, Summary,
+    DirectoryEntry, FileEntry, Ignored, LinkEntry, ObjectEntry, SkippedEntry, Summary,
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;

@@ -7,8 +7,11 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use ignore::gitignore::Gitignore;
+
 use super::format::{DirectoryEntry, LinkEntry, SkippedEntry};
 use crate::error::{Result, WsError};
+use crate::ignorefile::is_ignored;
 use crate::paths::{check_checkpoint_leaf, check_checkpoint_path, is_sensitive};
 use crate::tree::excluded;
 use crate::watch::{TreeWatch, Verdict};
@@ -51,6 +54,8 @@ pub(super) struct Scan {
     pub(super) links: Vec<LinkEntry>,
     /// Sockets, FIFOs and devices, not captured.
     pub(super) skipped: Vec<SkippedEntry>,
+    /// Paths `.stowignore` keeps out (directories with a trailing `/`).
+    pub(super) ignored: Vec<String>,
 }
 
 /// Threads a scan uses: directories are independent, so two threads keep
@@ -71,6 +76,7 @@ pub(super) struct ScanQueue {
 pub(super) fn scan(
     root: &Path,
     include_sensitive: bool,
+    ignore: Option<&Gitignore>,
     watch: Option<&TreeWatch>,
 ) -> Result<Scan> {
     let queue = Mutex::new(ScanQueue {
@@ -81,7 +87,7 @@ pub(super) fn scan(
     let wake = std::sync::Condvar::new();
     let parts: Vec<Scan> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..SCAN_THREADS)
-            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive, watch)))
+            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive, ignore, watch)))
             .collect();
         handles
             .into_iter()
@@ -104,6 +110,7 @@ pub(super) fn scan(
         out.dirs.extend(p.dirs);
         out.links.extend(p.links);
         out.skipped.extend(p.skipped);
+        out.ignored.extend(p.ignored);
     }
     // Threads finish directories in any order; the result is sorted so two
     // scans of the same tree compare equal.
@@ -112,6 +119,7 @@ pub(super) fn scan(
     out.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     out.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     out.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.ignored.sort_unstable();
     Ok(out)
 }
 
@@ -120,6 +128,7 @@ pub(super) fn scan_worker(
     queue: &Mutex<ScanQueue>,
     wake: &std::sync::Condvar,
     sens: bool,
+    ignore: Option<&Gitignore>,
     watch: Option<&TreeWatch>,
 ) -> Scan {
     let mut out = Scan::default();
@@ -147,7 +156,7 @@ pub(super) fn scan_worker(
         if let Some(w) = watch {
             w.add(&dir, &rel, depth);
         }
-        let r = scan_dir(&dir, &rel, depth, sens, &mut out, &mut subdirs);
+        let r = scan_dir(&dir, &rel, depth, sens, ignore, &mut out, &mut subdirs);
         std::mem::forget(guard);
         q = match queue.lock() {
             Ok(q) => q,
@@ -192,6 +201,7 @@ pub(super) fn scan_dir(
     rel: &str,
     depth: usize,
     sens: bool,
+    ignore: Option<&Gitignore>,
     out: &mut Scan,
     subdirs: &mut Vec<(PathBuf, String, usize)>,
 ) -> Result<()> {
@@ -214,6 +224,14 @@ pub(super) fn scan_dir(
         let ft = entry
             .file_type()
             .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+        if ignore.is_some_and(|rules| is_ignored(rules, &child, ft.is_dir())) {
+            out.ignored.push(if ft.is_dir() {
+                format!("{child}/")
+            } else {
+                child
+            });
+            continue;
+        }
         if ft.is_dir() {
             if !sens && is_sensitive(&format!("{child}/")) {
                 out.excluded.push(format!("{child}/"));
@@ -288,16 +306,17 @@ pub(super) fn tree_unchanged(
     root: &Path,
     before: &Scan,
     sens: bool,
+    ignore: Option<&Gitignore>,
     watch: Option<&TreeWatch>,
 ) -> Result<bool> {
-    match watch.map_or(Verdict::Unknown, |w| w.verdict(sens)) {
+    match watch.map_or(Verdict::Unknown, |w| w.verdict(sens, ignore)) {
         Verdict::Changed => Ok(false),
         Verdict::Unchanged => Ok(before
             .files
             .iter()
             .filter(|f| f.nlink > 1)
             .all(|f| restat(root, f).as_ref() == Some(f))),
-        Verdict::Unknown => Ok(scan(root, sens, None)? == *before),
+        Verdict::Unknown => Ok(scan(root, sens, ignore, None)? == *before),
     }
 }
 
