@@ -159,9 +159,12 @@ enum AtPath {
     Free,
     /// A regular file.
     File(PathBuf, fs::Metadata),
-    /// A directory, symlink or special file at the key, or something other
-    /// than a directory where a parent directory would be.
+    /// A directory or special file at the key, or a file where a parent
+    /// directory would be.
     Blocked,
+    /// A symbolic link at the key or where a parent directory would be:
+    /// never followed, and writes through it are refused.
+    Link,
 }
 
 /// Properties of one file-backed object, valid while its stamp holds.
@@ -420,6 +423,9 @@ impl WorkspaceBucket {
                 Err(e) => return Err(e.into()),
             };
             let last = i + 1 == segments.len();
+            if meta.file_type().is_symlink() {
+                return Ok(AtPath::Link);
+            }
             if last && meta.is_file() {
                 return Ok(AtPath::File(path, meta));
             }
@@ -434,19 +440,24 @@ impl WorkspaceBucket {
     fn regular_file(&self, key: &str) -> StoreResult<Option<(PathBuf, fs::Metadata)>> {
         Ok(match self.lookup(key)? {
             AtPath::File(path, meta) => Some((path, meta)),
-            AtPath::Free | AtPath::Blocked => None,
+            AtPath::Free | AtPath::Blocked | AtPath::Link => None,
         })
     }
 
-    /// Whether a file cannot be written at `key`: something other than a
-    /// directory where a parent would go, or other than a file at the key.
-    fn blocked(&self, key: &str) -> StoreResult<bool> {
-        Ok(matches!(self.lookup(key)?, AtPath::Blocked))
-    }
-
-    /// Whether a write of `bucket/key` goes to a file.
+    /// Whether a write of `bucket/key` goes to a file (else to the private
+    /// store). A file key whose path runs through a symbolic link is
+    /// refused: the write would land wherever the link points.
     fn writes_file(&self, bucket: &str, key: &str) -> StoreResult<bool> {
-        Ok(self.file_key(bucket, key) && !self.blocked(key)?)
+        if !self.file_key(bucket, key) {
+            return Ok(false);
+        }
+        match self.lookup(key)? {
+            AtPath::Link => Err(StoreError::InvalidKey {
+                reason: "the key's path goes through a symbolic link in the workspace",
+            }),
+            AtPath::Blocked => Ok(false),
+            AtPath::Free | AtPath::File(..) => Ok(true),
+        }
     }
 
     fn open_file(&self, key: &str) -> StoreResult<Option<(File, fs::Metadata)>> {

@@ -712,6 +712,37 @@ mod tests {
         mode.files[0].mode = 0o4755;
         refused(mode, "above 0777");
         refused(manifest(vec![file("../x", 1, "ab")], vec![]), "..");
+        // A link named like a directory a later entry lands in: restoring
+        // it would write through the link.
+        let link = |p: &str| LinkEntry {
+            path: p.into(),
+            target: "/etc".into(),
+        };
+        let mut m = manifest(vec![file("sub/f", 1, "ab")], vec![]);
+        m.links = vec![link("sub")];
+        refused(m, "beneath a symbolic link");
+        let mut m = manifest(vec![], vec![]);
+        m.links = vec![link("a"), link("a/b")];
+        refused(m, "beneath a symbolic link");
+        let mut m = manifest(vec![file("a", 1, "ab")], vec![]);
+        m.links = vec![link("a")];
+        refused(m, "as a file and as a directory or link");
+        let mut m = manifest(vec![], vec![]);
+        m.links = vec![LinkEntry {
+            path: "l".into(),
+            target: String::new(),
+        }];
+        refused(m, "target is malformed");
+        let mut m = ok.clone();
+        m.links = vec![LinkEntry {
+            path: "bin/tool".into(),
+            target: "../../outside/anything".into(),
+        }];
+        m.dirs = vec![DirectoryEntry {
+            path: "empty".into(),
+            mode: 0o700,
+        }];
+        assert_eq!(validate_manifest(&m), Ok(()), "a target is data");
     }
 
     fn scanned(path: &str, size: u64) -> Scanned {
