@@ -2,9 +2,9 @@
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
-.PHONY: test fmt-check lint rust-test e2e-test fmt bench-store
+.PHONY: test fmt-check lint rust-test e2e-test python-client-test node-client-test fmt bench-store
 
-test: fmt-check lint rust-test e2e-test
+test: fmt-check lint rust-test e2e-test python-client-test node-client-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -20,6 +20,16 @@ rust-test:
 e2e-test:
 	$(CARGO) build --bin stow-s3
 	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/e2e -q -rs
+
+# The Python package (clients/python) against the debug binary.
+python-client-test:
+	$(CARGO) build --bin stow-s3
+	cd clients/python && STOW_BIN=$(TARGET_DIR)/debug/stow-s3 PYTHONPATH=src python3 -m pytest -q tests
+
+# The TypeScript package (clients/typescript): tsc, then node --test.
+node-client-test:
+	$(CARGO) build --bin stow-s3
+	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && STOW_BIN=$(TARGET_DIR)/debug/stow-s3 npm test
 
 fmt:
 	$(CARGO) fmt --all

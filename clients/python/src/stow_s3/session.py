@@ -1,0 +1,329 @@
+"""Private, throwaway S3 sessions: ``stow-s3 serve`` on 127.0.0.1, port 0."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import string
+import subprocess
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from ._binary import resolve_stow_binary
+from ._process import StowProtocolError, read_ready_line, read_tail, stop_process
+
+READY_PROTOCOL_VERSION = 1
+STRIPPED_ENV_PREFIXES = ("AWS_", "S3_", "STOW_")
+DEFAULT_READY_TIMEOUT = 15.0
+
+__all__ = [
+    "READY_PROTOCOL_VERSION",
+    "Session",
+    "StowCapabilities",
+    "StowReady",
+    "StowSessionError",
+    "build_child_env",
+    "open_session",
+    "parse_ready_message",
+    "with_session",
+]
+
+
+class StowSessionError(RuntimeError):
+    """A session's server failed to start; ``stderr`` holds the tail of its diagnostics."""
+
+    def __init__(self, message: str, stderr: str = "", code: str | None = None) -> None:
+        self.stderr = stderr
+        self.code = code
+        super().__init__(message + (f"\n--- stow-s3 stderr (tail) ---\n{stderr}" if stderr.strip() else ""))
+
+
+@dataclass(frozen=True)
+class StowCapabilities:
+    persistent: bool
+    multipart: bool
+    upstream: bool
+    conditional_writes: bool
+    presigned_urls: bool
+    max_bytes: int
+    max_objects: int
+    max_request_bytes: int
+    max_concurrent_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class StowReady:
+    """The readiness record ``serve --ready-fd`` writes (protocol 1)."""
+
+    protocol_version: int
+    binary_version: str
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+    mode: str
+    backend: str
+    capabilities: StowCapabilities
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = doc.get(key)
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is str:
+        ok = ok and bool(value)
+    if not ok:
+        raise StowProtocolError("protocol_mismatch", f"readiness field {key!r} is missing or not a {kind.__name__}")
+    return value
+
+
+def parse_ready_message(doc: Mapping[str, Any]) -> StowReady:
+    """Strictly parse a readiness record; raise :class:`StowProtocolError` (``protocol_mismatch``)."""
+    version = doc.get("protocolVersion")
+    if version != READY_PROTOCOL_VERSION or isinstance(version, bool):
+        raise StowProtocolError("protocol_mismatch", f"unsupported readiness protocolVersion {version!r}")
+    caps = doc.get("capabilities")
+    if not isinstance(caps, dict):
+        raise StowProtocolError("protocol_mismatch", "readiness field 'capabilities' is missing")
+    mcr = caps.get("maxConcurrentRequests")
+    capabilities = StowCapabilities(
+        persistent=_field(caps, "persistent", bool),
+        multipart=_field(caps, "multipart", bool),
+        upstream=_field(caps, "upstream", bool),
+        conditional_writes=_field(caps, "conditionalWrites", bool),
+        presigned_urls=_field(caps, "presignedUrls", bool),
+        max_bytes=_field(caps, "maxBytes", int),
+        max_objects=_field(caps, "maxObjects", int),
+        max_request_bytes=_field(caps, "maxRequestBytes", int),
+        max_concurrent_requests=_field(caps, "maxConcurrentRequests", int) if mcr is not None else None,
+    )
+    return StowReady(
+        protocol_version=version,
+        binary_version=_field(doc, "binaryVersion", str),
+        endpoint=_field(doc, "endpoint", str),
+        region=_field(doc, "region", str),
+        access_key_id=_field(doc, "accessKeyId", str),
+        secret_access_key=_field(doc, "secretAccessKey", str),
+        mode=_field(doc, "mode", str),
+        backend=_field(doc, "backend", str),
+        capabilities=capabilities,
+    )
+
+
+def build_child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) without any ``AWS_*``, ``S3_*`` or ``STOW_*`` variable."""
+    source = os.environ if base is None else base
+    return {k: v for k, v in source.items() if not k.upper().startswith(STRIPPED_ENV_PREFIXES)}
+
+
+def _generate_keys() -> tuple[str, str]:
+    alphabet = string.ascii_uppercase + string.digits
+    access = "STOW" + "".join(secrets.choice(alphabet) for _ in range(16))
+    return access, secrets.token_urlsafe(30)
+
+
+def _boto3_client(endpoint: str, access_key: str, secret_key: str, region: str, **kwargs: Any) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("s3_client() needs boto3: pip install 'stow-s3[boto3]'") from err
+    kwargs.setdefault("config", Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}))
+    # A private botocore session: no profile or config file from the caller's environment.
+    session = boto3.session.Session(
+        aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region
+    )
+    return session.client("s3", endpoint_url=endpoint, **kwargs)
+
+
+def _cleanup(proc: subprocess.Popen[bytes], logs: list[Any], data_dir: str | None, grace: float) -> None:
+    try:
+        stop_process(proc, grace)
+    finally:
+        for handle in logs:
+            with contextlib.suppress(Exception):
+                handle.close()
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class Session:
+    """A private ``stow-s3 serve``. Close it with :meth:`close` (idempotent) or ``with``.
+
+    ``endpoint``, ``access_key``/``access_key_id``, ``secret_key``/``secret_access_key``,
+    ``region``, ``data_dir`` and ``ready`` (the parsed readiness record) describe it.
+    """
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        ready: StowReady,
+        raw_ready: dict[str, Any],
+        data_dir: str,
+        owns_data_dir: bool,
+        logs: list[Any],
+    ) -> None:
+        self._proc = proc
+        self._logs = logs
+        self.ready = ready
+        self.raw_ready = raw_ready
+        self.data_dir = data_dir
+        self.owns_data_dir = owns_data_dir
+        self._finalizer = weakref.finalize(self, _cleanup, proc, logs, data_dir if owns_data_dir else None, 10.0)
+
+    endpoint = property(lambda self: self.ready.endpoint)
+    access_key = property(lambda self: self.ready.access_key_id)
+    secret_key = property(lambda self: self.ready.secret_access_key)
+    access_key_id = access_key
+    secret_access_key = secret_key
+    region = property(lambda self: self.ready.region)
+    capabilities = property(lambda self: self.ready.capabilities)
+
+    @property
+    def pid(self) -> int:
+        """The server's process ID."""
+        return self._proc.pid
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    @property
+    def stderr_text(self) -> str:
+        return read_tail(self._logs[1]) if not self.closed else ""
+
+    def new_bucket_name(self, prefix: str = "stow-session") -> str:
+        """A fresh bucket name (nothing is created)."""
+        return f"{prefix}-{secrets.token_hex(8)}"
+
+    def environ(self) -> dict[str, str]:
+        """Environment variables that point an AWS SDK or CLI at this session."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
+
+    def s3_client(self, **kwargs: Any) -> Any:
+        """A boto3 S3 client for this session (path-style; extra ``stow-s3[boto3]``)."""
+        if self.closed:
+            raise StowSessionError("session is closed", code="closed")
+        return _boto3_client(self.endpoint, self.access_key, self.secret_key, self.region, **kwargs)
+
+    def close(self) -> None:
+        """Stop the server (SIGTERM, SIGKILL after 10 s) and remove a data dir the session created."""
+        self._finalizer()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            with contextlib.suppress(Exception):  # never hide the caller's error
+                self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"pid={self.pid}"
+        return f"<stow_s3.Session {self.endpoint} {state}>"
+
+
+def open_session(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    max_bytes: int | None = None,
+    max_objects: int | None = None,
+    region: str | None = None,
+    timeout: float = DEFAULT_READY_TIMEOUT,
+) -> Session:
+    """Start a private server: ``serve --port 0 --ready-fd FD --parent-pid <this process>``.
+
+    Filesystem backend in ``data_dir`` (kept) or a new temp dir ``stow-session-*``
+    (removed on close); generated keys; the child's environment has no ``AWS_*``,
+    ``S3_*`` or ``STOW_*`` variable. The server exits by itself if this process dies.
+    """
+    binary = resolve_stow_binary()
+    owns = data_dir is None
+    directory = tempfile.mkdtemp(prefix="stow-session-") if owns else os.fspath(data_dir)  # type: ignore[arg-type]
+    if not owns:
+        os.makedirs(directory, exist_ok=True)
+    access, secret = _generate_keys()
+    read_fd, write_fd = os.pipe()
+    command = [
+        binary, "serve",
+        "--host", "127.0.0.1", "--port", "0",
+        "--backend", "filesystem", "--data-dir", directory,
+        f"--access-key={access}", f"--secret-key={secret}",
+        "--ready-fd", str(write_fd), "--parent-pid", str(os.getpid()),
+    ]  # fmt: skip
+    if max_bytes is not None:
+        command += ["--max-bytes", str(max_bytes)]
+    if max_objects is not None:
+        command += ["--max-objects", str(max_objects)]
+    if region is not None:
+        command += ["--region", region]
+    logs: list[Any] = [
+        tempfile.TemporaryFile(),
+        tempfile.TemporaryFile(),
+    ]
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=logs[0],
+                stderr=logs[1],
+                pass_fds=(write_fd,),
+                env=build_child_env(),
+                cwd=directory,
+            )
+        finally:
+            os.close(write_fd)
+        try:
+            raw = read_ready_line(read_fd, proc, timeout, "stow-s3 serve")
+            ready = parse_ready_message(raw)
+        except StowProtocolError as err:
+            stop_process(proc, 5)
+            raise StowSessionError(f"stow-s3 serve did not start: {err}", read_tail(logs[1]), err.code) from err
+    except BaseException:
+        if proc is None:
+            os.close(read_fd)
+        else:
+            stop_process(proc, 5)
+        for handle in logs:
+            handle.close()
+        if owns:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return Session(proc, ready, raw, directory, owns, logs)
+
+
+@contextlib.contextmanager
+def with_session(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    max_bytes: int | None = None,
+    max_objects: int | None = None,
+    region: str | None = None,
+    timeout: float = DEFAULT_READY_TIMEOUT,
+) -> Iterator[Session]:
+    """``with with_session() as s:`` — a session that is always closed; the body's exception propagates."""
+    session = open_session(data_dir, max_bytes=max_bytes, max_objects=max_objects, region=region, timeout=timeout)
+    try:
+        yield session
+    except BaseException:
+        with contextlib.suppress(Exception):  # never hide the caller's error
+            session.close()
+        raise
+    session.close()
