@@ -661,6 +661,27 @@ mod tests {
     }
 
     #[test]
+    fn manifests_from_before_links_and_directories_still_read() {
+        // The shape every checkpoint had before dirs, links, skipped and
+        // ignored existed.
+        let old = format!(
+            r#"{{"version":1,"id":"cp_{}","workspace_id":"ws_{}","created":"2026-11-29T10:00:00Z",
+                "files":[{{"path":"a.txt","size":1,"mode":420,"sha256":"{}"}}],"excluded":[".env"]}}"#,
+            "a".repeat(24),
+            "b".repeat(16),
+            "c".repeat(64)
+        );
+        let m: CheckpointManifest = serde_json::from_str(&old).unwrap();
+        assert!(m.dirs.is_empty() && m.links.is_empty() && m.skipped.is_empty());
+        assert!(m.ignored.is_none());
+        assert_eq!(validate_manifest(&m), Ok(()));
+        // Written again, it is the same document (nothing new appears).
+        let back: serde_json::Value = serde_json::to_value(&m).unwrap();
+        let orig: serde_json::Value = serde_json::from_str(&old).unwrap();
+        assert_eq!(back, orig);
+    }
+
+    #[test]
     fn outside_manifests_are_refused_for_each_broken_rule() {
         let ok = manifest(
             vec![file("a.txt", 3, "ab"), file("d/b.txt", 3, "ab")],
