@@ -17,7 +17,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use super::mcp::{server_binary, Server};
-use super::workspace::{change_ten, fresh_registry, generate, Plan};
+use super::workspace::{bench_workspace, change_ten, fresh_registry, Plan};
 use crate::data::{Pool, SEED};
 use crate::harness::{context, vm_hwm_kib, Cache, Figure, Result, Run, Side, Spec, Unit};
 use crate::machine::{loadavg, Machine};
@@ -123,21 +123,8 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         machine.summary()
     );
     let pool = Pool::new(SEED, (plan.bytes / plan.files * 2) as usize + 1024);
-    let tree_bytes = generate(&plan, &pool, &top.join("tree"))?;
-    fs::write(
-        top.join("task.json"),
-        format!(
-            r#"{{"version":1,"root":"ws","registry_dir":"reg0","max_bytes":{},"max_objects":{},
-               "inputs":[{{"source":"tree","destination":"."}}]}}"#,
-            tree_bytes * 2,
-            plan.files * 2
-        ),
-    )
-    .map_err(context("write manifest"))?;
-    let ws = stow_workspace::prepare(&top.join("task.json")).map_err(|e| e.to_string())?;
+    let (ws, tree_bytes, record) = bench_workspace(&plan, &pool, &top)?;
     let id = ws.workspace_id.clone();
-    let record =
-        fs::read(top.join("reg0").join(format!("{id}.json"))).map_err(context("read record"))?;
     let mut figures = Vec::new();
     let mut info = Vec::new();
 

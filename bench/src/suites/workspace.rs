@@ -375,6 +375,31 @@ fn same_tree(a: &Path, b: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The bench tree under `top/tree` and a workspace prepared over a copy
+/// of it (registry `top/reg0`): the workspace, the tree's bytes, and its
+/// registry record (for fresh registries of the same workspace).
+pub(crate) fn bench_workspace(
+    plan: &Plan,
+    pool: &Pool,
+    top: &Path,
+) -> Result<(stow_workspace::WorkspaceResult, u64, Vec<u8>)> {
+    let tree_bytes = generate(plan, pool, &top.join("tree"))?;
+    fs::write(
+        top.join("task.json"),
+        format!(
+            r#"{{"version":1,"root":"ws","registry_dir":"reg0","max_bytes":{},"max_objects":{},
+               "inputs":[{{"source":"tree","destination":"."}}]}}"#,
+            tree_bytes * 2,
+            plan.files * 2
+        ),
+    )
+    .map_err(context("write manifest"))?;
+    let ws = stow_workspace::prepare(&top.join("task.json")).map_err(|e| e.to_string())?;
+    let record = fs::read(top.join("reg0").join(format!("{}.json", ws.workspace_id)))
+        .map_err(context("read record"))?;
+    Ok((ws, tree_bytes, record))
+}
+
 /// Runs the workspace suite.
 pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
@@ -405,21 +430,8 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
     // Setup (untimed): the tree, a prepared workspace over a copy of it.
     let src = top.join("tree");
-    let tree_bytes = generate(&plan, &pool, &src)?;
-    fs::write(
-        top.join("task.json"),
-        format!(
-            r#"{{"version":1,"root":"ws","registry_dir":"reg0","max_bytes":{},"max_objects":{},
-               "inputs":[{{"source":"tree","destination":"."}}]}}"#,
-            tree_bytes * 2,
-            plan.files * 2
-        ),
-    )
-    .map_err(context("write manifest"))?;
-    let ws = stow_workspace::prepare(&top.join("task.json")).map_err(|e| e.to_string())?;
+    let (ws, tree_bytes, record) = bench_workspace(&plan, &pool, &top)?;
     let root = ws.root.clone();
-    let record = fs::read(top.join("reg0").join(format!("{}.json", ws.workspace_id)))
-        .map_err(context("read record"))?;
     let opts = CaptureOptions::default();
 
     // 1. First checkpoint vs cp -a + sync, and vs git add -A && git commit.

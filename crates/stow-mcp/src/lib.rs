@@ -153,14 +153,29 @@ pub fn serve_object_profile(config: &ObjectConfig) -> Result<(), ServeError> {
 }
 
 async fn serve_stdio(server: ObjectServer) -> Result<(), ServeError> {
+    let core = Arc::clone(server.core());
+    serve_until_closed(server.clone()).await?;
+    // The session is over: calls already admitted finish (their effects
+    // complete even if no reply can be sent), then the profile closes and
+    // the runtime shutdown ends what is left.
+    server.drain(DRAIN_LIMIT).await;
+    core.close();
+    Ok(())
+}
+
+/// Serves `server` on stdin/stdout (1 MiB lines) until stdin closes or
+/// SIGINT or SIGTERM arrives.
+pub(crate) async fn serve_until_closed<S>(server: S) -> Result<(), ServeError>
+where
+    S: rmcp::ServerHandler,
+{
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Runtime)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Runtime)?;
     let (read, write) = rmcp::transport::stdio_pipes();
     let transport = LineTransport::new(read, write, MAX_LINE_BYTES);
-    let core = Arc::clone(server.core());
     let session = async {
-        match server.clone().serve(transport).await {
+        match server.serve(transport).await {
             Ok(running) => {
                 if let Err(e) = running.waiting().await {
                     tracing::warn!("MCP session ended abnormally: {e}");
@@ -176,10 +191,5 @@ async fn serve_stdio(server: ObjectServer) -> Result<(), ServeError> {
         _ = sigint.recv() => tracing::info!("SIGINT: closing"),
         _ = sigterm.recv() => tracing::info!("SIGTERM: closing"),
     }
-    // Dropping the session future stops reading; calls already admitted
-    // finish (their effects complete even if no reply can be sent), then
-    // the profile closes and the runtime shutdown ends what is left.
-    server.drain(DRAIN_LIMIT).await;
-    core.close();
     Ok(())
 }
