@@ -17,7 +17,7 @@
 //! Modules, one job each: `format` (manifests and summaries), `blobs` (the
 //! content-addressed store and its durability rules), `scan` (walking the
 //! tree), `objects` (the bucket snapshot of a portable capture), `capture`,
-//! `publish` (the one path by which capture, import and apply make a
+//! `validate` (rules for manifests from outside), `publish` (the one path by which capture, import and apply make a
 //! checkpoint visible), `diff`, `materialize` (verify and restore), `delete`
 //! and `gc`.
 //!
@@ -40,6 +40,7 @@ mod materialize;
 mod objects;
 mod publish;
 mod scan;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -67,9 +68,9 @@ pub(crate) use capture::{admit, RetentionCaps};
 pub(crate) use delete::delete_workspace_checkpoints;
 pub(crate) use diff::{diff_buckets, diff_files_exact, diff_objects};
 pub(crate) use format::object_as_file;
-pub(crate) use format::validate_manifest;
 pub(crate) use materialize::materialize;
 pub(crate) use publish::publish;
+pub(crate) use validate::validate_manifest;
 
 pub(crate) fn state(registry: &Registry) -> PathBuf {
     registry.state_dir()

@@ -211,7 +211,6 @@ impl Pending {
 
 /// Publishes checkpoint `id` in one go (import and delta apply: their
 /// source is already verified). Returns the bytes newly stored.
-#[allow(dead_code)] // import and delta apply call it (next commits)
 pub(crate) fn publish(
     registry: &Registry,
     id: &str,
