@@ -6,6 +6,7 @@
 mod mcp;
 mod progress;
 mod receipts;
+mod remote;
 mod serve;
 mod workspace;
 
@@ -35,6 +36,10 @@ enum Command {
     /// Agent workspaces: prepare, checkpoints, diff, restore, handoff, registry.
     #[command(subcommand)]
     Workspace(workspace::WorkspaceCommand),
+    /// Named remotes (S3 services) of a registry partition, for pushing
+    /// and pulling checkpoints.
+    #[command(subcommand)]
+    Remote(remote::RemoteCommand),
     /// Check an object store's consistency (usage, references, blob files).
     Check {
         /// The store's data directory.
@@ -80,6 +85,7 @@ fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
         Command::Mcp(args) => mcp::run(args),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Workspace(cmd) => workspace::run(cmd),
+        Command::Remote(cmd) => remote::run(cmd),
         Command::Check { data_dir } => {
             let store = stow_store::Store::open_existing(&data_dir, Default::default())?;
             let problems = store.verify()?;

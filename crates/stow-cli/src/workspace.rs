@@ -39,7 +39,7 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    fn open(&self) -> Result<Registry, WsError> {
+    pub(crate) fn open(&self) -> Result<Registry, WsError> {
         Registry::resolve(self.registry_dir.as_deref(), self.team.as_deref())
     }
 }
@@ -55,11 +55,11 @@ pub struct TransferArgs {
     max_files: u64,
     /// Allow sensitive-looking paths (.env, keys, credentials).
     #[arg(long)]
-    include_sensitive: bool,
+    pub(crate) include_sensitive: bool,
 }
 
 impl TransferArgs {
-    fn limits(&self) -> ArchiveLimits {
+    pub(crate) fn limits(&self) -> ArchiveLimits {
         ArchiveLimits {
             max_bytes: self.max_bytes,
             max_files: self.max_files,
@@ -106,26 +106,51 @@ pub enum WorkspaceCommand {
         /// (portable handoff; needs --checkpoint-id).
         #[arg(long)]
         archive: Option<PathBuf>,
+        /// Push the checkpoint to this remote and name it in the document
+        /// (portable handoff; needs --checkpoint-id; not with --archive).
+        #[arg(long, conflicts_with = "archive")]
+        remote: Option<String>,
+        /// Overall deadline of the push (e.g. 90s, 10m; default 30m).
+        #[arg(long, requires = "remote")]
+        timeout: Option<String>,
         /// Write the document here (mode 0600) and print nothing.
         #[arg(long)]
         output: Option<PathBuf>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Adopt a portable handoff: verify, import and restore its checkpoint
-    /// into a new root as a new (adopted) workspace.
+    /// Adopt a portable handoff (an archive, or a remote it names), or a
+    /// checkpoint of a remote: verify, bring in and restore it into a new
+    /// root as a new (adopted) workspace.
     Adopt {
         /// The version-2 handoff document.
-        #[arg(long)]
-        handoff: PathBuf,
+        #[arg(long, required_unless_present = "remote", conflicts_with = "remote")]
+        handoff: Option<PathBuf>,
+        /// Pull from this remote of the partition (with --checkpoint-id).
+        #[arg(long, requires = "checkpoint_id")]
+        remote: Option<String>,
+        /// The remote checkpoint to adopt.
+        #[arg(long, requires = "remote")]
+        checkpoint_id: Option<String>,
         /// The new root (must not exist; its parent must).
         #[arg(long)]
         root: PathBuf,
+        /// Overall deadline of remote traffic (default 30m).
+        #[arg(long)]
+        timeout: Option<String>,
         #[command(flatten)]
         transfer: TransferArgs,
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Upload a checkpoint to a remote: the blobs it lacks, then the
+    /// manifest (create-only writes; a rerun sends nothing twice).
+    Push(crate::remote::PushArgs),
+    /// Download a remote checkpoint into the registry, verified before it
+    /// is published.
+    Pull(crate::remote::PullArgs),
+    /// List the checkpoints a remote holds.
+    RemoteList(crate::remote::RemoteListArgs),
     /// Export a checkpoint to a new gzip tar archive.
     Export {
         #[arg(long)]
@@ -308,7 +333,7 @@ pub enum PolicyCommand {
     },
 }
 
-fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliError> {
+pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliError> {
     serde_json::to_value(v).map_err(|e| CliError {
         code: "internal".into(),
         message: format!("encode result: {e}"),
@@ -359,7 +384,37 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
         C::Handoff {
             id,
             checkpoint_id,
+            archive: _,
+            remote: Some(remote),
+            timeout,
+            output,
+            registry,
+        } => {
+            let cp = checkpoint_id.ok_or_else(|| CliError {
+                code: "invalid_request".into(),
+                message: "--remote needs --checkpoint-id".into(),
+            })?;
+            let connector = crate::remote::connector(timeout.as_deref())?;
+            let (doc, _pushed) = handoff::handoff_via_remote(
+                &registry.open()?,
+                &id,
+                &cp,
+                &remote,
+                &connector,
+                output.as_deref(),
+            )?;
+            if output.is_some() {
+                Ok(serde_json::Value::Null)
+            } else {
+                json(doc)
+            }
+        }
+        C::Handoff {
+            id,
+            checkpoint_id,
             archive,
+            remote: None,
+            timeout: _,
             output,
             registry,
         } => {
@@ -425,23 +480,45 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
         }
         C::Adopt {
             handoff: doc,
+            remote,
+            checkpoint_id,
             root,
+            timeout,
             transfer,
             registry,
         } => {
             let bar = TerminalBar::for_stderr();
-            json(handoff::adopt(
-                registry.registry_dir.as_deref(),
-                registry.team.as_deref(),
-                &doc,
-                &root,
-                &AdoptOptions {
-                    include_sensitive: transfer.include_sensitive,
-                    limits: transfer.limits(),
-                    progress: bar.as_ref().map(|b| b as &dyn Progress),
-                },
-            )?)
+            let connector = crate::remote::connector(timeout.as_deref())?;
+            let opts = AdoptOptions {
+                include_sensitive: transfer.include_sensitive,
+                limits: transfer.limits(),
+                progress: bar.as_ref().map(|b| b as &dyn Progress),
+                connector: Some(&connector),
+            };
+            match (doc, remote, checkpoint_id) {
+                (Some(doc), None, None) => json(handoff::adopt(
+                    registry.registry_dir.as_deref(),
+                    registry.team.as_deref(),
+                    &doc,
+                    &root,
+                    &opts,
+                )?),
+                (None, Some(remote), Some(cp)) => json(handoff::adopt_remote(
+                    &registry.open()?,
+                    &remote,
+                    &cp,
+                    &root,
+                    &opts,
+                )?),
+                _ => Err(CliError {
+                    code: "invalid_request".into(),
+                    message: "adopt needs --handoff, or --remote with --checkpoint-id".into(),
+                }),
+            }
         }
+        C::Push(args) => crate::remote::push(args),
+        C::Pull(args) => crate::remote::pull(args),
+        C::RemoteList(args) => crate::remote::remote_list(args),
         C::Export {
             checkpoint_id,
             output,

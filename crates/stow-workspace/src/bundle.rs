@@ -89,6 +89,7 @@ pub fn export_bundle(
                 bytes: exported.bytes,
                 files: exported.files,
             }),
+            remote: None,
         };
         let mut bytes = serde_json::to_vec_pretty(&doc)
             .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))?;

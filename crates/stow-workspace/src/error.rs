@@ -83,6 +83,14 @@ pub enum WsError {
     /// A stored record, manifest or blob is unreadable or does not verify.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// A remote (S3 service) refused or failed; the code says how.
+    #[error("remote: {0}")]
+    Remote(#[from] crate::remote::RemoteError),
+    /// Something on a remote disagrees with its name or with the manifest
+    /// that names it (wrong bytes, size or digest; a missing blob; a
+    /// malformed manifest). Nothing was published.
+    #[error("corrupt remote: {0}")]
+    CorruptRemote(String),
 
     #[error("cancelled: {0}")]
     Cancelled(String),
@@ -122,13 +130,20 @@ impl WsError {
             WsError::WorkspaceChanged(_) => "workspace_changed",
             WsError::Corrupt(_) => "corrupt_checkpoint",
             WsError::Cancelled(_) => "cancelled",
+            WsError::Remote(e) => e.code(),
+            WsError::CorruptRemote(_) => "corrupt_remote",
             WsError::Io { .. } => "io_failure",
         }
     }
 
     /// Whether retrying the same request may succeed.
     pub fn retryable(&self) -> bool {
-        matches!(self, WsError::InProgress(_) | WsError::WorkspaceChanged(_))
+        use crate::remote::RemoteFailure as F;
+        match self {
+            WsError::InProgress(_) | WsError::WorkspaceChanged(_) => true,
+            WsError::Remote(e) => matches!(e.kind, F::Unreachable | F::Throttled | F::Timeout),
+            _ => false,
+        }
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> WsError {

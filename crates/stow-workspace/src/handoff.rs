@@ -1,6 +1,6 @@
 //! Handoff documents: version 1 names a workspace in a registry on this
-//! machine (`resume`); version 2 also carries a portable archive of a
-//! checkpoint (`adopt` on another machine).
+//! machine (`resume`); version 2 also carries a checkpoint for another
+//! machine (`adopt`): a portable archive, or a remote that holds it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,9 @@ use crate::manifest::check_new_root;
 use crate::prepare::WorkspaceResult;
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::Registry;
+use crate::remote::{
+    check_spec, get_remote, pull, push, Connector, PullOptions, PushOptions, PushResult, RemoteSpec,
+};
 use crate::restore::{restore_as, RestoreLimits};
 
 /// A handoff document (version 1 local; version 2 carries an archive).
@@ -33,6 +36,21 @@ pub struct HandoffDocument {
     pub team: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive: Option<HandoffArchive>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<HandoffRemote>,
+}
+
+/// The remote a version-2 handoff names: where the checkpoint was pushed.
+/// No credentials: the adopting machine uses its own.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffRemote {
+    /// `s3://BUCKET[/PREFIX]`.
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// The archive a version-2 handoff carries.
@@ -74,6 +92,14 @@ impl HandoffDocument {
             )));
         }
         crate::paths::check_workspace_id(&doc.workspace_id)?;
+        if let Some(r) = &doc.remote {
+            if doc.archive.is_some() || doc.checkpoint_id.is_none() {
+                return Err(WsError::InvalidRequest(
+                    "a handoff through a remote names a checkpoint and carries no archive".into(),
+                ));
+            }
+            check_spec(&r.spec())?;
+        }
         Ok(doc)
     }
 }
@@ -96,12 +122,7 @@ pub fn handoff(
     if let Some(cp) = checkpoint_id {
         crate::checkpoint::check_belongs(registry, cp, &rec.id)?;
     }
-    let output = output.map(absolute).transpose()?;
-    if let Some(out) = &output {
-        if fs::symlink_metadata(out).is_ok() {
-            return Err(WsError::AlreadyExists(out.display().to_string()));
-        }
-    }
+    let output = check_output(output)?;
     let carried = match archive {
         None => None,
         Some(path) => {
@@ -131,15 +152,10 @@ pub fn handoff(
         registry_dir: Some(registry.dir().to_path_buf()),
         team: registry.team().map(str::to_string),
         archive: carried.as_ref().map(|(_, a)| a.clone()),
+        remote: None,
     };
     if let Some(out) = &output {
-        let written = serde_json::to_vec_pretty(&doc)
-            .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))
-            .and_then(|mut bytes| {
-                bytes.push(b'\n');
-                write_new_file(out, &bytes, 0o600)
-            });
-        if let Err(e) = written {
+        if let Err(e) = write_document(out, &doc) {
             // The archive was made for this document only.
             if let Some((path, _)) = &carried {
                 let _ = fs::remove_file(path);
@@ -150,6 +166,80 @@ pub fn handoff(
     Ok(doc)
 }
 
+/// Refuses an output path that exists (before any work is done).
+fn check_output(output: Option<&Path>) -> Result<Option<PathBuf>> {
+    let output = output.map(absolute).transpose()?;
+    if let Some(out) = &output {
+        if fs::symlink_metadata(out).is_ok() {
+            return Err(WsError::AlreadyExists(out.display().to_string()));
+        }
+    }
+    Ok(output)
+}
+
+/// Writes a document to a new file (mode 0600), never replacing one.
+fn write_document(out: &Path, doc: &HandoffDocument) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(doc)
+        .map_err(|e| WsError::InvalidRequest(format!("encode handoff: {e}")))?;
+    bytes.push(b'\n');
+    write_new_file(out, &bytes, 0o600)
+}
+
+impl HandoffRemote {
+    /// The remote as a spec (no profile: the adopter's chain applies).
+    pub fn spec(&self) -> RemoteSpec {
+        RemoteSpec {
+            url: self.url.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+            region: self.region.clone(),
+            profile: None,
+        }
+    }
+}
+
+/// A handoff through a remote: pushes checkpoint `checkpoint_id` of
+/// workspace `id` to the partition's remote `remote_name` (a no-op when it
+/// is there already), then writes the version-2 document naming the
+/// remote's URL, endpoint and region and the checkpoint (with `output`, to
+/// that new file). Returns the document and what the push did.
+pub fn handoff_via_remote(
+    registry: &Registry,
+    id: &str,
+    checkpoint_id: &str,
+    remote_name: &str,
+    connector: &dyn Connector,
+    output: Option<&Path>,
+) -> Result<(HandoffDocument, PushResult)> {
+    let rec = registry.get(id)?;
+    crate::checkpoint::check_belongs(registry, checkpoint_id, &rec.id)?;
+    let output = check_output(output)?;
+    let spec = get_remote(registry, remote_name)?;
+    let remote = connector.connect(&spec)?;
+    let pushed = push(
+        registry,
+        checkpoint_id,
+        remote.as_ref(),
+        &PushOptions::default(),
+    )?;
+    let doc = HandoffDocument {
+        version: 2,
+        workspace_id: rec.id,
+        checkpoint_id: Some(checkpoint_id.to_string()),
+        registry_dir: None,
+        team: registry.team().map(str::to_string),
+        archive: None,
+        remote: Some(HandoffRemote {
+            url: spec.url,
+            endpoint_url: spec.endpoint_url,
+            region: spec.region,
+        }),
+    };
+    if let Some(out) = &output {
+        write_document(out, &doc)?;
+    }
+    Ok((doc, pushed))
+}
+
 /// Options of `adopt`.
 #[derive(Default)]
 pub struct AdoptOptions<'a> {
@@ -158,6 +248,8 @@ pub struct AdoptOptions<'a> {
     /// Archive bounds; they also narrow the new workspace's limits.
     pub limits: ArchiveLimits,
     pub progress: Option<&'a dyn Progress>,
+    /// Opens the remote a handoff through a remote names.
+    pub connector: Option<&'a dyn Connector>,
 }
 
 /// Adopts a portable handoff: checks the archive against the document's
@@ -200,6 +292,9 @@ pub(crate) fn adopt_document(
     root: &Path,
     opts: &AdoptOptions,
 ) -> Result<WorkspaceResult> {
+    if let (Some(r), Some(cp)) = (&doc.remote, &doc.checkpoint_id) {
+        return adopt_pulled(registry, &r.spec(), cp, Some(&doc.workspace_id), root, opts);
+    }
     let Some(archive) = &doc.archive else {
         return Err(WsError::InvalidRequest(
             "this is a same-machine handoff with no archive; hand off with --archive to adopt it elsewhere, or use resume --handoff".into(),
@@ -264,20 +359,87 @@ pub(crate) fn adopt_document(
     };
     let imported = import_with_digest(registry, &path, &import, Some(&expect))?;
     clock.lap("import");
+    let restored = restore_adopted(registry, &imported.checkpoint_id, &root, opts);
+    clock.lap("restore");
+    restored
+}
+
+/// Restores a checkpoint just brought in as a new adopted workspace; a
+/// failure leaves the checkpoint (`partial_import`).
+fn restore_adopted(
+    registry: &Registry,
+    checkpoint_id: &str,
+    root: &Path,
+    opts: &AdoptOptions,
+) -> Result<WorkspaceResult> {
     let limits = RestoreLimits {
         max_bytes: opts.limits.max_bytes,
         max_files: opts.limits.max_files,
         progress: opts.progress,
     };
-    let restored =
-        restore_as(registry, &imported.checkpoint_id, &root, limits, false).map_err(|e| {
-            WsError::PartialImport {
-                checkpoint_id: imported.checkpoint_id.clone(),
-                reason: e.to_string(),
-            }
-        });
-    clock.lap("restore");
-    restored
+    restore_as(registry, checkpoint_id, root, limits, false).map_err(|e| WsError::PartialImport {
+        checkpoint_id: checkpoint_id.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Adopts checkpoint `checkpoint_id` of the partition's remote
+/// `remote_name`: pulls it (unless this registry has it already) and
+/// restores it into the new directory `root` as an adopted workspace.
+pub fn adopt_remote(
+    registry: &Registry,
+    remote_name: &str,
+    checkpoint_id: &str,
+    root: &Path,
+    opts: &AdoptOptions,
+) -> Result<WorkspaceResult> {
+    let spec = get_remote(registry, remote_name)?;
+    adopt_pulled(registry, &spec, checkpoint_id, None, root, opts)
+}
+
+/// Pull (when needed) and restore, for both remote forms of adopt. The
+/// root is checked before anything is fetched.
+fn adopt_pulled(
+    registry: &Registry,
+    spec: &RemoteSpec,
+    checkpoint_id: &str,
+    expect_workspace: Option<&str>,
+    root: &Path,
+    opts: &AdoptOptions,
+) -> Result<WorkspaceResult> {
+    let root = absolute(root)?;
+    check_new_root(&root)?;
+    let connector = opts.connector.ok_or_else(|| {
+        WsError::InvalidRequest(
+            "this handoff names a remote, and no remote client was given".into(),
+        )
+    })?;
+    let local = crate::checkpoint::load_manifest(registry, checkpoint_id);
+    let workspace_id = match local {
+        Ok(m) => m.workspace_id,
+        Err(WsError::NotFound(_)) => {
+            let remote = connector.connect(spec)?;
+            let pulled = pull(
+                registry,
+                checkpoint_id,
+                remote.as_ref(),
+                &PullOptions {
+                    include_sensitive: opts.include_sensitive,
+                    limits: opts.limits,
+                    progress: opts.progress,
+                    expect_workspace,
+                },
+            )?;
+            pulled.checkpoint.workspace_id
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(want) = expect_workspace.filter(|w| *w != workspace_id) {
+        return Err(WsError::InvalidRequest(format!(
+            "checkpoint {checkpoint_id} belongs to workspace {workspace_id}, not {want} as the handoff says"
+        )));
+    }
+    restore_adopted(registry, checkpoint_id, &root, opts)
 }
 
 /// Resumes from a handoff document: the registry comes from the document.

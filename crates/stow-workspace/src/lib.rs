@@ -24,6 +24,7 @@ pub mod paths;
 mod prepare;
 pub mod progress;
 pub mod registry;
+pub mod remote;
 pub mod restore;
 mod statcache;
 pub mod tree;

@@ -409,6 +409,8 @@ impl WorkspaceCore {
                 max_files: self.settings.max_files,
             },
             progress: None,
+            // Bundles carry their archive; a remote is never contacted.
+            connector: None,
         };
         match bundle::adopt_bundle(
             &self.settings.registry,

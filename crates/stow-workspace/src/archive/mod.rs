@@ -32,7 +32,7 @@ use crate::paths::is_sensitive;
 pub use read::{import, preview, ImportOptions, PreviewFile, PreviewObject, PreviewResult};
 pub use write::{export, ExportOptions, ExportResult};
 
-pub(crate) use read::{file_sha256, import_with_digest, Expectation};
+pub(crate) use read::{admit_outside_manifest, file_sha256, import_with_digest, Expectation};
 
 /// Default bound on an archive's payload bytes.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
@@ -88,7 +88,7 @@ impl ArchiveLimits {
                 self.max_files()
             )));
         }
-        let bytes = payload_bytes(m);
+        let bytes = m.payload_bytes();
         if bytes > self.max_bytes() {
             return Err(WsError::CapacityExceeded(format!(
                 "the checkpoint holds {bytes} bytes, over the limit of {}",
@@ -105,6 +105,49 @@ impl ArchiveLimits {
 struct ArchiveHeader {
     format_version: u32,
     manifest: CheckpointManifest,
+}
+
+/// The manifest document of `m` as archives and remotes carry it: compact
+/// JSON `{"format_version", "manifest"}`.
+pub(crate) fn manifest_document(m: &CheckpointManifest) -> Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        format_version: u32,
+        manifest: &'a CheckpointManifest,
+    }
+    serde_json::to_vec(&Borrowed {
+        format_version: m.version,
+        manifest: m,
+    })
+    .map_err(|e| WsError::InvalidRequest(format!("encode manifest: {e}")))
+}
+
+/// Strictly decodes a manifest document from outside (an archive's first
+/// entry, a remote's manifest object) and checks it against every rule
+/// and `limits`. Errors are plain text for the caller to classify.
+pub(crate) fn decode_manifest_document(
+    bytes: &[u8],
+    limits: ArchiveLimits,
+) -> std::result::Result<CheckpointManifest, DocumentError> {
+    let h: ArchiveHeader = serde_json::from_slice(bytes)
+        .map_err(|e| DocumentError::Invalid(format!("malformed: {e}")))?;
+    if h.format_version != h.manifest.version {
+        return Err(DocumentError::Invalid(format!(
+            "format_version {} disagrees with manifest version {}",
+            h.format_version, h.manifest.version
+        )));
+    }
+    crate::checkpoint::validate_manifest(&h.manifest).map_err(DocumentError::Invalid)?;
+    limits.check(&h.manifest).map_err(DocumentError::Limit)?;
+    Ok(h.manifest)
+}
+
+/// Why [`decode_manifest_document`] refused a document.
+pub(crate) enum DocumentError {
+    /// It breaks the format or a manifest rule.
+    Invalid(String),
+    /// It is valid but over the caller's bounds.
+    Limit(WsError),
 }
 
 /// One payload entry an archive of `m` holds.
@@ -140,17 +183,6 @@ fn expected_entries(m: &CheckpointManifest) -> Vec<Expected> {
     out
 }
 
-/// Logical bytes of a checkpoint: files and objects.
-/// (Saturating: a validated manifest's sizes are bounded, so this only
-/// matters for one that is not.)
-fn payload_bytes(m: &CheckpointManifest) -> u64 {
-    m.files
-        .iter()
-        .map(|f| f.size)
-        .chain(m.objects.iter().map(|o| o.size))
-        .fold(0u64, u64::saturating_add)
-}
-
 /// Sensitive-looking paths of a checkpoint, sorted: file paths, and
 /// object keys as `s3://bucket/key`.
 fn sensitive_paths(m: &CheckpointManifest) -> Vec<String> {
@@ -171,7 +203,7 @@ fn sensitive_paths(m: &CheckpointManifest) -> Vec<String> {
 }
 
 /// Refuses sensitive paths without the explicit opt-in.
-fn check_sensitive(m: &CheckpointManifest, include_sensitive: bool) -> Result<()> {
+pub(crate) fn check_sensitive(m: &CheckpointManifest, include_sensitive: bool) -> Result<()> {
     match sensitive_paths(m).into_iter().next() {
         Some(path) if !include_sensitive => Err(WsError::SensitivePath {
             path,

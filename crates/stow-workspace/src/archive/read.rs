@@ -13,15 +13,15 @@ use sha2::{Digest, Sha256};
 use super::payloads::{Keep, Payloads};
 use super::tarfmt::{next_entry, padding, skip};
 use super::{
-    check_sensitive, expected_entries, payload_bytes, sensitive_paths, ArchiveHeader,
-    ArchiveLimits, MANIFEST_ENTRY, MAX_MANIFEST_BYTES, MAX_TRAILER_BYTES,
+    check_sensitive, decode_manifest_document, expected_entries, sensitive_paths, ArchiveLimits,
+    DocumentError, MANIFEST_ENTRY, MAX_MANIFEST_BYTES, MAX_TRAILER_BYTES,
 };
 use crate::checkpoint::{
-    admit, discard, publish, summaries, validate_manifest, CheckpointManifest, CheckpointResult,
-    Payload, RetentionCaps, Summary,
+    admit, discard, publish, summaries, CheckpointManifest, CheckpointResult, Payload,
+    RetentionCaps, Summary,
 };
 use crate::error::{Result, WsError};
-use crate::fsutil::{create_private_dir, hex};
+use crate::fsutil::{create_private_dir, hex, FileLock};
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::Registry;
 
@@ -47,7 +47,7 @@ fn read_archive(
         .into_iter()
         .map(|e| (e.name, (e.size, e.sha256)))
         .collect();
-    let total = payload_bytes(&m);
+    let total = m.payload_bytes();
     let mut done = 0u64;
     let mut seen: HashSet<String> = HashSet::with_capacity(expected.len());
     let mut payloads = Payloads::new(keep);
@@ -108,17 +108,10 @@ fn read_manifest(gz: &mut dyn Read, limits: ArchiveLimits) -> Result<CheckpointM
     gz.read_exact(&mut bytes)
         .map_err(|e| invalid(format!("the tar stream ends early ({e})")))?;
     skip(gz, padding(size)).map_err(invalid)?;
-    let h: ArchiveHeader = serde_json::from_slice(&bytes)
-        .map_err(|e| invalid(format!("{MANIFEST_ENTRY} is malformed: {e}")))?;
-    if h.format_version != h.manifest.version {
-        return Err(invalid(format!(
-            "format_version {} disagrees with manifest version {}",
-            h.format_version, h.manifest.version
-        )));
-    }
-    validate_manifest(&h.manifest).map_err(|e| invalid(format!("{MANIFEST_ENTRY}: {e}")))?;
-    limits.check(&h.manifest)?;
-    Ok(h.manifest)
+    decode_manifest_document(&bytes, limits).map_err(|e| match e {
+        DocumentError::Invalid(why) => invalid(format!("{MANIFEST_ENTRY} is {why}")),
+        DocumentError::Limit(e) => e,
+    })
 }
 
 /// After the end-of-archive block: the second zero block and at most
@@ -244,7 +237,7 @@ pub fn preview(archive: &Path, limits: ArchiveLimits) -> Result<PreviewResult> {
                 .collect()
         }),
         files,
-        bytes: payload_bytes(&m),
+        bytes: m.payload_bytes(),
         excluded_sensitive_paths: m.excluded.clone(),
         sensitive_paths: sensitive_paths(&m),
     })
@@ -310,27 +303,8 @@ pub(crate) fn import_with_digest(
                 )));
             }
         }
-        check_sensitive(m, opts.include_sensitive)?;
-        registry.ensure()?;
-        // Held until publication: garbage collection (which clears `tmp/`)
-        // and captures wait, and the checks below stay true.
-        lock = Some(registry.lock()?);
-        create_private_dir(&tmp)?;
-        if registry
-            .state_dir()
-            .join("checkpoints")
-            .join(&m.id)
-            .exists()
-        {
-            return Err(WsError::AlreadyExists(format!("checkpoint {}", m.id)));
-        }
-        let all = summaries(registry)?;
-        refuse_parent_cycle(m, &all)?;
-        let caps = registry
-            .get(&m.workspace_id)
-            .map(|r| RetentionCaps::of(&r))
-            .unwrap_or_default();
-        admit(registry, &m.workspace_id, caps, payload_bytes(m), &all)
+        lock = Some(admit_outside_manifest(registry, m, opts.include_sensitive)?);
+        Ok(())
     };
     let mut clock = PhaseClock::start("import");
     let keep = Keep::Stage {
@@ -401,21 +375,46 @@ pub(crate) fn import_with_digest(
             )));
         }
     }
-    let summary = Summary {
-        version: 1,
-        id: m.id.clone(),
-        workspace_id: m.workspace_id.clone(),
-        parent_id: m.parent_id.clone(),
-        created: m.created.clone(),
-        files: m.files.len() as u64,
-        bytes: payload_bytes(&m),
-    };
+    let summary = Summary::of_outside(&m);
     let stored_bytes = match publish(registry, &m.id, &order, &m, &summary) {
         Ok(n) => n,
         Err(e) => return abandon(e),
     };
     clock.lap("publish");
     Ok(CheckpointResult::of(&m, stored_bytes))
+}
+
+/// Admits a checkpoint from outside (an archive, a remote) into
+/// `registry`: sensitive paths only with the opt-in, no checkpoint with its
+/// ID here yet, no parent cycle, within the retention caps and policy.
+/// Returns the registry lock, to be held until publication (garbage
+/// collection, which clears `tmp/`, and captures wait meanwhile, and the
+/// checks stay true); `tmp/` exists for staging.
+pub(crate) fn admit_outside_manifest(
+    registry: &Registry,
+    m: &CheckpointManifest,
+    include_sensitive: bool,
+) -> Result<FileLock> {
+    check_sensitive(m, include_sensitive)?;
+    registry.ensure()?;
+    let lock = registry.lock()?;
+    create_private_dir(&registry.state_dir().join("tmp"))?;
+    if registry
+        .state_dir()
+        .join("checkpoints")
+        .join(&m.id)
+        .exists()
+    {
+        return Err(WsError::AlreadyExists(format!("checkpoint {}", m.id)));
+    }
+    let all = summaries(registry)?;
+    refuse_parent_cycle(m, &all)?;
+    let caps = registry
+        .get(&m.workspace_id)
+        .map(|r| RetentionCaps::of(&r))
+        .unwrap_or_default();
+    admit(registry, &m.workspace_id, caps, m.payload_bytes(), &all)?;
+    Ok(lock)
 }
 
 /// Refuses a manifest whose parent chain, through the checkpoints here,

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::gz::MemberWriter;
 use super::tarfmt::{padding, write_end, write_header};
-use super::{check_sensitive, expected_entries, payload_bytes, ArchiveLimits, MANIFEST_ENTRY};
+use super::{check_sensitive, expected_entries, ArchiveLimits, MANIFEST_ENTRY};
 use crate::checkpoint::{blob_path, load_manifest, validate_manifest};
 use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, hex, link_new, random_hex};
@@ -131,7 +131,7 @@ fn write_archive(
     out.write_all(&header).map_err(io)?;
     out.write_all(&[0u8; 512][..padding(header.len() as u64)])
         .map_err(io)?;
-    let total = payload_bytes(m);
+    let total = m.payload_bytes();
     let mut done = 0u64;
     let mut buf = vec![0u8; 256 << 10];
     for e in expected_entries(m) {

@@ -219,6 +219,35 @@ pub struct Summary {
     pub bytes: u64,
 }
 
+impl CheckpointManifest {
+    /// Logical bytes: files and objects. (Saturating: a validated
+    /// manifest's sizes are bounded, so this only matters for one that is
+    /// not.)
+    pub fn payload_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|f| f.size)
+            .chain(self.objects.iter().map(|o| o.size))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+impl Summary {
+    /// The summary of a validated manifest from outside (import, pull):
+    /// its bytes are the files' and the objects'.
+    pub(crate) fn of_outside(m: &CheckpointManifest) -> Summary {
+        Summary {
+            version: 1,
+            id: m.id.clone(),
+            workspace_id: m.workspace_id.clone(),
+            parent_id: m.parent_id.clone(),
+            created: m.created.clone(),
+            files: m.files.len() as u64,
+            bytes: m.payload_bytes(),
+        }
+    }
+}
+
 /// The result of a plain capture.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckpointResult {
