@@ -264,6 +264,47 @@ fn is_loopback_origin(origin: &str) -> bool {
     })
 }
 
+/// What a request's `Expect: 100-continue` means for its connection.
+///
+/// hyper sends `100 Continue` when a handler first reads the body, so a
+/// request whose body is never read (an announced empty body, or one
+/// refused before reading) gets its final response with no `100 Continue`
+/// first. HTTP allows that, but botocore up to at least 1.43 (the AWS CLI
+/// v1) then misreads a later response on the same pooled connection and
+/// stalls for 30 s (boto/botocore#3755; seen here in about half the `aws s3
+/// sync` runs of a tree holding an empty file). Closing such connections
+/// (`Connection: close`) leaves nothing to misread.
+struct Continuation {
+    expected: bool,
+    empty_body: bool,
+}
+
+impl Continuation {
+    fn of<B>(req: &Request<B>) -> Continuation {
+        let expected = req
+            .headers()
+            .get(header::EXPECT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"));
+        let empty_body = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() == "0");
+        Continuation {
+            expected,
+            empty_body,
+        }
+    }
+
+    /// Whether the connection must close after a response of `status`:
+    /// the request expected `100 Continue` and either announced no body or
+    /// was refused (its body possibly unread).
+    fn close_after(&self, status: hyper::StatusCode) -> bool {
+        self.expected && (self.empty_body || status.as_u16() >= 400)
+    }
+}
+
 impl Handler {
     fn allowed_origin(&self, origin: &str) -> bool {
         if self.config.cors_origins.is_empty() {
@@ -303,7 +344,12 @@ impl Handler {
         } else {
             "/s3".to_string()
         };
+        let continuation = Continuation::of(&req);
         let mut resp = self.route(req, peer).await;
+        if continuation.close_after(resp.status()) {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         let request_id = request_id();
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             resp.headers_mut().insert("x-amz-request-id", v);
