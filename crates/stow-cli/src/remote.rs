@@ -68,6 +68,9 @@ pub struct PushArgs {
     /// Overall deadline (e.g. 90s, 10m; default 30m).
     #[arg(long)]
     timeout: Option<String>,
+    /// Push a checkpoint holding sensitive-looking paths (.env, keys).
+    #[arg(long)]
+    include_sensitive: bool,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -172,6 +175,7 @@ pub fn push(args: PushArgs) -> Result<serde_json::Value, CliError> {
         &args.checkpoint_id,
         store.as_ref(),
         &PushOptions {
+            include_sensitive: args.include_sensitive,
             progress: bar.as_ref().map(|b| b as &dyn Progress),
         },
     )?)

@@ -103,10 +103,14 @@ pub(crate) fn check_spec(spec: &RemoteSpec) -> Result<()> {
                 ))
             })?;
         let authority = rest.split('/').next().unwrap_or_default();
-        if authority.is_empty() || authority.contains('@') || e.chars().any(char::is_whitespace) {
-            return Err(bad(format!(
-                "endpoint {e:?} must name a host (and no user or password)"
-            )));
+        if authority.contains('@') {
+            // Never repeat what may be a password.
+            return Err(bad(
+                "the endpoint must not carry a user or password (credentials come from the AWS chain)".into(),
+            ));
+        }
+        if authority.is_empty() || e.chars().any(char::is_whitespace) {
+            return Err(bad(format!("endpoint {e:?} must name a host")));
         }
     }
     if let Some(r) = &spec.region {
@@ -213,10 +217,9 @@ mod tests {
         }
         let mut with_user = spec("s3://cps");
         with_user.endpoint_url = Some("http://AKIA:secret@host:9000".into());
-        assert_eq!(
-            add_remote(&reg, "u", with_user).unwrap_err().code(),
-            "invalid_request"
-        );
+        let err = add_remote(&reg, "u", with_user).unwrap_err();
+        assert_eq!(err.code(), "invalid_request");
+        assert!(!err.to_string().contains("secret"), "{err}");
         let listed = list_remotes(&reg).unwrap();
         assert_eq!(listed.remotes.len(), 1);
         assert_eq!(get_remote(&reg, "origin").unwrap().url, "s3://cps/team");

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{
     blob_key, manifest_key, parallel, Body, Created, RemoteError, RemoteObject, RemoteStore,
 };
-use crate::archive::{decode_manifest_document, manifest_document, ArchiveLimits};
+use crate::archive::{check_sensitive, decode_manifest_document, manifest_document, ArchiveLimits};
 use crate::checkpoint::{
     load_manifest, object_as_file, open_verified, CheckpointManifest, FileEntry,
 };
@@ -32,6 +32,9 @@ pub(super) const MAX_REMOTE_MANIFEST: u64 = crate::archive::MAX_MANIFEST_BYTES;
 /// Options of a push.
 #[derive(Default)]
 pub struct PushOptions<'a> {
+    /// Push a checkpoint holding sensitive-looking paths (refused without
+    /// it, as export refuses: a remote is shared).
+    pub include_sensitive: bool,
     /// Receives bytes uploaded or found present.
     pub progress: Option<&'a dyn Progress>,
 }
@@ -123,6 +126,7 @@ pub fn push(
     opts: &PushOptions,
 ) -> Result<PushResult> {
     let m = load_manifest(registry, checkpoint_id)?;
+    check_sensitive(&m, opts.include_sensitive)?;
     let doc = manifest_document(&m)?;
     let payloads = distinct_payloads(&m);
     let total: u64 = payloads.iter().map(|f| f.size).sum();

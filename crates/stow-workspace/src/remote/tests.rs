@@ -293,3 +293,36 @@ fn parallel_stops_at_the_first_error_and_keeps_order() {
     });
     assert_eq!(err.unwrap_err(), "bad 37");
 }
+
+#[test]
+fn sensitive_checkpoints_need_the_opt_in_to_leave() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (p, reg, _cp) = workspace(tmp.path());
+    fs::write(Path::new(&p.root).join(".env"), "TOKEN=1").unwrap();
+    let opts = CaptureOptions {
+        include_sensitive: true,
+        ..CaptureOptions::default()
+    };
+    let cp = capture(&reg, &p.workspace_id, &opts).unwrap().checkpoint_id;
+    let remote = MemoryRemote::default();
+    let err = push(&reg, &cp, &remote, &PushOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "sensitive_path");
+    assert!(remote.keys("").is_empty(), "nothing was sent");
+    let allowed = PushOptions {
+        include_sensitive: true,
+        ..PushOptions::default()
+    };
+    push(&reg, &cp, &remote, &allowed).unwrap();
+    let b = other_registry(tmp.path());
+    assert_eq!(
+        pull(&b, &cp, &remote, &PullOptions::default())
+            .unwrap_err()
+            .code(),
+        "sensitive_path"
+    );
+    let pulled = PullOptions {
+        include_sensitive: true,
+        ..PullOptions::default()
+    };
+    pull(&b, &cp, &remote, &pulled).unwrap();
+}
