@@ -24,6 +24,7 @@ e2e-test:
 # The Python package (clients/python) against the debug binary.
 python-client-test:
 	$(CARGO) build --bin stow-s3
+	cd clients/python && python3 -m ruff check src tests && python3 -m mypy
 	cd clients/python && STOW_BIN=$(TARGET_DIR)/debug/stow-s3 PYTHONPATH=src python3 -m pytest -q tests
 
 # The TypeScript package (clients/typescript): tsc, then node --test.

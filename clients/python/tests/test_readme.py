@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_plugin import _plugin_args
 
 README = Path(__file__).resolve().parents[1] / "README.md"

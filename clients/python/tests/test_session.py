@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -12,9 +13,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import pid_alive
 
 import stow_s3
-from conftest import pid_alive
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -168,3 +169,26 @@ def test_boto3_round_trip() -> None:
         s3.complete_multipart_upload(Bucket=bucket, Key="big.bin", UploadId=up["UploadId"],
                                      MultipartUpload={"Parts": parts})
         assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == part1 + b"tail"
+
+
+def test_s3_client_ignores_the_callers_aws_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """The client talks to the session whatever the caller's AWS settings
+    say: a missing AWS_PROFILE, wrong keys, another endpoint, a config
+    file that forces virtual-host addressing (the clients share one
+    private, cached boto3 session)."""
+    pytest.importorskip("boto3")
+    config = tmp_path / "config"
+    config.write_text("[profile elsewhere]\ns3 =\n  addressing_style = virtual\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "WRONG")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "WRONG")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    with stow_s3.with_session() as a, stow_s3.with_session() as b:
+        for session in (a, b):
+            s3 = session.s3_client()
+            bucket = session.new_bucket_name()
+            s3.create_bucket(Bucket=bucket)
+            assert [x["Name"] for x in s3.list_buckets()["Buckets"]] == [bucket]

@@ -9,9 +9,11 @@ import shutil
 import string
 import subprocess
 import tempfile
+import threading
 import weakref
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from ._binary import resolve_stow_binary
 from ._process import StowProtocolError, read_ready_line, read_tail, stop_process
@@ -125,18 +127,54 @@ def _generate_keys() -> tuple[str, str]:
     return access, secrets.token_urlsafe(30)
 
 
+_BOTO3_LOCK = threading.Lock()
+_BOTO3: Any = None
+
+
+def _private_boto3() -> Any:
+    """One boto3 session per process, cut off from the caller's AWS files and
+    profile: its loader (the parsed service models, ~100 ms to build) serves
+    every client made here. Hold ``_BOTO3_LOCK`` while using it (sessions
+    are not thread-safe; the clients they make are)."""
+    global _BOTO3
+    if _BOTO3 is None:
+        import boto3
+        import botocore.session
+
+        # Instance settings win over the environment (AWS_PROFILE,
+        # AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE): a config file holding
+        # one empty default profile, and no credentials file.
+        fd, config = tempfile.mkstemp(prefix="stow-s3-aws-config-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write("[default]\n")
+            core = botocore.session.Session()
+            core.set_config_variable("config_file", config)
+            core.set_config_variable("credentials_file", os.devnull)
+            core.set_config_variable("profile", "default")
+            core.get_scoped_config()  # read now: the file can go
+        finally:
+            os.unlink(config)
+        _BOTO3 = boto3.session.Session(botocore_session=core)
+    return _BOTO3
+
+
 def _boto3_client(endpoint: str, access_key: str, secret_key: str, region: str, **kwargs: Any) -> Any:
     try:
-        import boto3
+        import boto3  # noqa: F401
         from botocore.config import Config
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError("s3_client() needs boto3: pip install 'stow-s3[boto3]'") from err
     kwargs.setdefault("config", Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}))
-    # A private botocore session: no profile or config file from the caller's environment.
-    session = boto3.session.Session(
-        aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region
-    )
-    return session.client("s3", endpoint_url=endpoint, **kwargs)
+    with _BOTO3_LOCK:
+        return _private_boto3().client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            region_name=region,
+            **kwargs,
+        )
 
 
 def _cleanup(proc: subprocess.Popen[bytes], logs: list[Any], data_dir: str | None, grace: float) -> None:
@@ -223,7 +261,7 @@ class Session:
         """Stop the server (SIGTERM, SIGKILL after 10 s) and remove a data dir the session created."""
         self._finalizer()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Any, Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 from ._binary import resolve_stow_binary
 from ._process import StowProtocolError, read_ready_line, read_tail, stop_process
@@ -138,20 +139,20 @@ class _Args:
     def __init__(self, verb: str | Sequence[str]) -> None:
         self.argv: list[str] = [verb] if isinstance(verb, str) else list(verb)
 
-    def opt(self, flag: str, value: Any) -> "_Args":
+    def opt(self, flag: str, value: Any) -> _Args:
         if value is not None:
             self.argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
         return self
 
-    def flag(self, flag: str, on: bool) -> "_Args":
+    def flag(self, flag: str, on: bool) -> _Args:
         if on:
             self.argv.append(flag)
         return self
 
-    def registry(self, registry_dir: PathLike | None, team: str | None) -> "_Args":
+    def registry(self, registry_dir: PathLike | None, team: str | None) -> _Args:
         return self.opt("--registry-dir", registry_dir).opt("--team", team)
 
-    def limits(self, max_bytes: int | None, max_files: int | None) -> "_Args":
+    def limits(self, max_bytes: int | None, max_files: int | None) -> _Args:
         return self.opt("--max-bytes", max_bytes).opt("--max-files", max_files)
 
     def run(self) -> WorkspaceJSON:
@@ -489,7 +490,7 @@ class ServedWorkspace:
             for handle in self._logs:
                 handle.close()
 
-    def __enter__(self) -> "ServedWorkspace":
+    def __enter__(self) -> ServedWorkspace:
         return self
 
     def __exit__(self, *exc: object) -> None:
