@@ -44,6 +44,9 @@ enum Suite {
     /// generated 10,000-file tree: first/incremental checkpoint, restore,
     /// disk growth.
     Workspace(SuiteArgs),
+    /// `stow-s3 workspace push/pull/adopt` against `aws s3 sync` of the
+    /// same tree, both against one `stow-s3 serve` on loopback.
+    Remote(SuiteArgs),
     /// `stow-s3 serve` against s3s-fs and moto_server, driven by a compiled
     /// SigV4 HTTP/1.1 load generator: 4 KiB PUT/GET at 1 and 16
     /// connections, large PUT/GET, LIST, server CPU per op, RSS, start time.
@@ -79,6 +82,7 @@ fn run(cli: &Cli) -> Result<()> {
         Suite::Mcp(args) => (suites::mcp::run(args)?, args),
         Suite::McpWorkspace(args) => (suites::mcp_workspace::run(args)?, args),
         Suite::Workspace(args) => (suites::workspace::run(args)?, args),
+        Suite::Remote(args) => (suites::remote::run(args)?, args),
         Suite::S3(args) => (suites::s3::run(args)?, args),
     };
     print!("{}", report.table());

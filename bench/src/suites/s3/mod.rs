@@ -34,9 +34,9 @@ use crate::suites::SuiteArgs;
 
 use client::{ok, Conn, Creds};
 
-const ACCESS_KEY: &str = "stowbench";
-const SECRET_KEY: &str = "stowbench-secret-key-0000000000000000";
-const REGION: &str = "us-east-1";
+pub(crate) const ACCESS_KEY: &str = "stowbench";
+pub(crate) const SECRET_KEY: &str = "stowbench-secret-key-0000000000000000";
+pub(crate) const REGION: &str = "us-east-1";
 const SMALL: u64 = 4 * 1024;
 const TINY: u64 = 64;
 const S3S_FS_VERSION: &str = "0.14.1";
@@ -149,10 +149,10 @@ impl Kind {
 }
 
 /// A running server.
-struct Server {
+pub(crate) struct Server {
     kind: Kind,
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Server {
@@ -165,7 +165,7 @@ impl Server {
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within 5 s.
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         // SAFETY: kill on our own child's pid.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
@@ -198,17 +198,7 @@ fn free_port() -> Result<u16> {
 fn find_bins() -> Result<Bins> {
     let exe = std::env::current_exe().map_err(context("locate the bench binary"))?;
     let dir = exe.parent().ok_or("the bench binary has no directory")?;
-    let ours = match std::env::var_os("STOW_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => dir.join("stow-s3"),
-    };
-    if !ours.is_file() {
-        return Err(format!(
-            "{} not found: build it (cargo build --release --bin stow-s3) or set STOW_BIN",
-            ours.display()
-        )
-        .into());
-    }
+    let ours = crate::suites::mcp::server_binary()?;
     let s3s_fs = match std::env::var_os("S3S_FS_BIN") {
         Some(p) => PathBuf::from(p),
         None => {
@@ -304,7 +294,7 @@ fn start_polled(kind: Kind, mut cmd: Command, port: u16, limit: Duration) -> Res
 
 /// Spawns `stow-s3 serve --port 0 --ready-fd N` and reads the readiness
 /// JSON line from the pipe.
-fn start_ours(bin: &Path, dir: &Path) -> Result<(Server, f64)> {
+pub(crate) fn start_ours(bin: &Path, dir: &Path) -> Result<(Server, f64)> {
     use std::os::fd::FromRawFd as _;
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe writes two descriptors into the array.
