@@ -236,3 +236,115 @@ def test_serve_refusal_is_a_command_error(work: Path) -> None:
     with pytest.raises(WorkspaceCommandError) as missing:
         stow_s3.serve_workspace("ws_0000000000000000", registry_dir=work / "registry")
     assert missing.value.returncode != 0 and missing.value.message
+
+
+def test_remotes_push_pull_adopt(work: Path) -> None:
+    """Checkpoints through an S3 service: a throwaway session holds the remote's bucket."""
+    pytest.importorskip("boto3")
+    reg_a, reg_b, reg_c = work / "reg-a", work / "reg-b", work / "reg-c"
+    ws = stow_s3.prepare_workspace({"version": 1, "root": "task1", "inputs": [{"source": "src", "destination": "."}],
+                                    "registry_dir": str(reg_a), "team": "platform"})
+    ws_id = ws["workspace_id"]
+    a = dict(registry_dir=reg_a, team="platform")
+    cp = stow_s3.checkpoint_workspace(ws_id, **a)
+    cp_id = cp["checkpoint_id"]
+    assert (cp["files"], cp["bytes"]) == (2, 10)
+
+    with stow_s3.with_session() as session:
+        session.s3_client().create_bucket(Bucket="checkpoints")
+        # The CLI stores no credentials: they reach it through the command's environment.
+        env = {**stow_s3.build_child_env(), "AWS_ACCESS_KEY_ID": session.access_key,
+               "AWS_SECRET_ACCESS_KEY": session.secret_key, "AWS_DEFAULT_REGION": session.region}
+
+        added = stow_s3.add_remote("origin", "s3://checkpoints/team", endpoint_url=session.endpoint, region=session.region, **a)
+        assert added == {"name": "origin", "url": "s3://checkpoints/team", "endpoint_url": session.endpoint,
+                         "region": session.region}
+        for reg in (reg_b, reg_c):
+            assert stow_s3.add_remote("origin", "s3://checkpoints/team", endpoint_url=session.endpoint,
+                                      registry_dir=reg)["name"] == "origin"
+        listed = stow_s3.list_remotes(**a)
+        assert listed["team"] == "platform" and [r["name"] for r in listed["remotes"]] == ["origin"]
+        assert "team" not in stow_s3.list_remotes(registry_dir=reg_b)
+        with pytest.raises(WorkspaceCommandError) as dup:
+            stow_s3.add_remote("origin", "s3://checkpoints/other", **a)
+        assert dup.value.code == "already_exists" and dup.value.command[1:3] == ["remote", "add"]
+        assert str(dup.value).startswith("stow-s3 remote add exited 1")
+        with pytest.raises(WorkspaceCommandError) as bad_url:
+            stow_s3.add_remote("elsewhere", "https://example.com/bucket", **a)
+        assert bad_url.value.code == "invalid_request"
+        with pytest.raises(WorkspaceCommandError) as dashed:  # after "--": the CLI's own refusal, not a usage error
+            stow_s3.add_remote("-x", "s3://checkpoints/x", **a)
+        assert dashed.value.code == "invalid_request" and dashed.value.returncode == 1
+
+        # push: the blobs, then the manifest; a rerun sends nothing twice
+        def counts(doc: dict) -> tuple[int, int, int, int]:
+            return doc["uploaded_blobs"], doc["uploaded_bytes"], doc["skipped_blobs"], doc["skipped_bytes"]
+
+        pushed = stow_s3.push_workspace_checkpoint(cp_id, "origin", 30, env=env, **a)
+        assert (pushed["checkpoint_id"], pushed["workspace_id"]) == (cp_id, ws_id)
+        assert pushed["remote_url"] == "s3://checkpoints/team" and pushed["manifest"] == "uploaded"
+        assert counts(pushed) == (2, 10, 0, 0)
+        again = stow_s3.push_workspace_checkpoint(cp_id, "origin", "30s", env=env, **a)
+        assert again["manifest"] == "already_present"
+        assert counts(again) == (0, 0, 2, 10)
+        keys = [o["Key"] for o in session.s3_client().list_objects_v2(Bucket="checkpoints")["Contents"]]
+        assert f"team/checkpoints/{cp_id}.json" in keys
+
+        remote_cps = stow_s3.list_remote_checkpoints("origin", 1.5, env=env, **a)
+        assert remote_cps["remote_url"] == "s3://checkpoints/team"
+        assert [(c["checkpoint_id"], c["workspace_id"], c["files"], c["bytes"]) for c in remote_cps["checkpoints"]] == [
+            (cp_id, ws_id, 2, 10)
+        ]
+
+        # pull into a second registry; a second pull is refused
+        pulled = stow_s3.pull_workspace_checkpoint(cp_id, "origin", env=env, registry_dir=reg_b)
+        assert pulled["checkpoint_id"] == cp_id and (pulled["files"], pulled["bytes"]) == (2, 10)
+        assert (pulled["downloaded_blobs"], pulled["downloaded_bytes"], pulled["local_blobs"]) == (2, 10, 0)
+        with pytest.raises(WorkspaceCommandError) as twice:
+            stow_s3.pull_workspace_checkpoint(cp_id, "origin", env=env, registry_dir=reg_b)
+        assert twice.value.code == "already_exists"
+        restored = stow_s3.restore_workspace_checkpoint(cp_id, work / "restored", registry_dir=reg_b)
+        assert restored["workspace_id"] != ws_id and (work / "restored" / "nested" / "second.txt").read_text() == "second"
+
+        # adopt straight from the remote into a new root of a third registry
+        adopted = stow_s3.adopt_workspace_remote(cp_id, "origin", work / "adopted", 30, env=env, registry_dir=reg_c)
+        assert adopted["checkpoint_id"] == cp_id and adopted["workspace_id"] != ws_id
+        assert Path(adopted["root"]) == work / "adopted"
+        for rel in ("seed.txt", "nested/second.txt"):
+            assert (work / "adopted" / rel).read_bytes() == (work / "src" / rel).read_bytes()
+
+        # handoff --remote: pushes (already there) and names the remote; adopted from the document alone
+        handoff = stow_s3.handoff_workspace(ws_id, checkpoint_id=cp_id, output=work / "handoff.json", remote="origin",
+                                            timeout=30, env=env, **a)
+        assert handoff["version"] == 2 and handoff["checkpoint_id"] == cp_id
+        assert handoff["remote"] == {"url": "s3://checkpoints/team", "endpoint_url": session.endpoint, "region": session.region}
+        printed = stow_s3.handoff_workspace(ws_id, cp_id, remote="origin", env=env, **a)
+        assert printed == handoff
+        via_doc = stow_s3.adopt_workspace_handoff(work / "handoff.json", work / "via-doc", timeout="30s", env=env,
+                                                  registry_dir=work / "reg-d")
+        assert via_doc["checkpoint_id"] == cp_id and (work / "via-doc" / "seed.txt").read_text() == "seed"
+
+        # refusals carry the CLI's code
+        with pytest.raises(WorkspaceCommandError) as unknown_cp:
+            stow_s3.pull_workspace_checkpoint("cp_" + "0" * 24, "origin", env=env, registry_dir=reg_b)
+        assert unknown_cp.value.code == "not_found" and unknown_cp.value.command[1:3] == ["workspace", "pull"]
+        with pytest.raises(WorkspaceCommandError) as unknown_remote:
+            stow_s3.pull_workspace_checkpoint(cp_id, "nowhere", env=env, registry_dir=reg_c)
+        assert unknown_remote.value.code == "not_found" and "remote nowhere not found" in str(unknown_remote.value)
+        with pytest.raises(WorkspaceCommandError) as wrong_secret:
+            stow_s3.list_remote_checkpoints("origin", env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"}, **a)
+        assert wrong_secret.value.code == "remote_auth"
+        with pytest.raises(WorkspaceCommandError) as no_keys:
+            stow_s3.push_workspace_checkpoint(cp_id, "origin", env=stow_s3.build_child_env(), **a)
+        assert no_keys.value.code == "remote_auth" and "credentials" in (no_keys.value.message or "")
+        assert stow_s3.add_remote("gone", "s3://no-such-bucket", endpoint_url=session.endpoint, **a)["name"] == "gone"
+        with pytest.raises(WorkspaceCommandError) as no_bucket:
+            stow_s3.list_remote_checkpoints("gone", env=env, **a)
+        assert no_bucket.value.code == "remote_no_bucket"
+
+    removed = stow_s3.remove_remote("gone", **a)
+    assert removed["name"] == "gone"
+    with pytest.raises(WorkspaceCommandError) as not_there:
+        stow_s3.remove_remote("gone", **a)
+    assert not_there.value.code == "not_found" and str(not_there.value).startswith("stow-s3 remote remove exited 1")
+    assert [r["name"] for r in stow_s3.list_remotes(**a)["remotes"]] == ["origin"]

@@ -39,7 +39,7 @@ export interface BoundOptions {
   maxFiles?: number;
 }
 
-/** A workspace command failed: non-zero exit, or output that is not one JSON object. */
+/** A workspace (or remote) command failed: non-zero exit, or output that is not one JSON object. */
 export class WorkspaceCommandError extends Error {
   /** The full argv run (binary first). */
   readonly command: string[];
@@ -93,22 +93,35 @@ function lastLine(text: string): string {
   return lines.length > 0 ? lines[lines.length - 1]!.trim() : "";
 }
 
+/** The command group most verbs live under; `[]` runs a top-level command (`remote …`). */
+const WORKSPACE: readonly string[] = ["workspace"];
+
 /**
  * Run `stow-s3 workspace <args…>` (no shell) and decode stdout as one JSON
  * object. A non-zero exit throws {@link WorkspaceCommandError} carrying the
  * CLI's error code and message.
  */
 export async function runWorkspaceCommand(args: readonly string[], options: CommandOptions = {}): Promise<WorkspaceJSON> {
-  return runRaw(args, options).then(({ stdout }) => decodeOrThrow(stdout, options, args));
+  return runCommand(WORKSPACE, args, options);
 }
 
-function decodeOrThrow(stdout: string, options: CommandOptions, args: readonly string[]): WorkspaceJSON {
+/** Run `stow-s3 <prefix…> <args…>` and decode stdout as one JSON object. */
+async function runCommand(prefix: readonly string[], args: readonly string[], options: CommandOptions): Promise<WorkspaceJSON> {
+  return runRaw(args, options, prefix).then(({ stdout }) => decodeOrThrow(stdout, options, args, prefix));
+}
+
+/** `stow-s3 workspace checkpoint`, `stow-s3 remote add`: how messages name a command. */
+function label(prefix: readonly string[], args: readonly string[]): string {
+  return ["stow-s3", ...[...prefix, ...args].slice(0, 2)].join(" ");
+}
+
+function decodeOrThrow(stdout: string, options: CommandOptions, args: readonly string[], prefix: readonly string[]): WorkspaceJSON {
   try {
     return decodeWorkspaceJSON(stdout);
   } catch (err) {
     throw new WorkspaceCommandError({
       message: (err as Error).message,
-      command: [options.binary ?? "stow-s3", "workspace", ...args],
+      command: [options.binary ?? "stow-s3", ...prefix, ...args],
       exitCode: 0,
       stderr: "",
       stdout,
@@ -118,12 +131,17 @@ function decodeOrThrow(stdout: string, options: CommandOptions, args: readonly s
   }
 }
 
-/** Run a command; resolve with its stdout on exit 0, throw WorkspaceCommandError otherwise. */
-function runRaw(args: readonly string[], options: CommandOptions): Promise<{ stdout: string; stderr: string }> {
+/** Run `stow-s3 <prefix…> <args…>`; resolve with its stdout on exit 0, throw WorkspaceCommandError otherwise. */
+function runRaw(
+  args: readonly string[],
+  options: CommandOptions,
+  prefix: readonly string[] = WORKSPACE,
+): Promise<{ stdout: string; stderr: string }> {
   const binary = options.binary ?? resolveStowBinary({ env: options.env });
-  const command = [binary, "workspace", ...args];
+  const command = [binary, ...prefix, ...args];
+  const name = label(prefix, args);
   return new Promise((resolvePromise, rejectPromise) => {
-    const child = spawn(binary, ["workspace", ...args], {
+    const child = spawn(binary, command.slice(1), {
       stdio: ["ignore", "pipe", "pipe"],
       env: options.env ?? process.env,
       cwd: options.cwd,
@@ -153,7 +171,7 @@ function runRaw(args: readonly string[], options: CommandOptions): Promise<{ std
       if (overflow) {
         rejectPromise(
           new WorkspaceCommandError({
-            message: `stow-s3 workspace ${args[0] ?? ""}: stdout exceeds ${MAX_STDOUT_BYTES} bytes`,
+            message: `${name}: stdout exceeds ${MAX_STDOUT_BYTES} bytes`,
             command, exitCode, stderr, stdout: "", code: null, document: null,
           }),
         );
@@ -177,7 +195,7 @@ function runRaw(args: readonly string[], options: CommandOptions): Promise<{ std
         (signal ? `killed by ${signal}` : `exit status ${exitCode}`);
       rejectPromise(
         new WorkspaceCommandError({
-          message: `stow-s3 workspace ${args[0] ?? ""} failed${code ? ` (${code})` : ""}: ${detail}`,
+          message: `${name} failed${code ? ` (${code})` : ""}: ${detail}`,
           command, exitCode, stderr, stdout, code, document,
         }),
       );
@@ -213,6 +231,16 @@ const bounds = (o: BoundOptions): Flags => [
   ["--max-bytes", o.maxBytes],
   ["--max-files", o.maxFiles],
 ];
+
+/** A `--timeout`: a duration string (`"30s"`, `"10m"`) as is, or a positive number of seconds. */
+function duration(timeout: string | number | undefined): string | undefined {
+  if (timeout === undefined || timeout === null || typeof timeout === "string") return timeout ?? undefined;
+  if (!Number.isFinite(timeout) || timeout <= 0) throw new RangeError("timeout must be a positive number of seconds");
+  return Number.isInteger(timeout) ? `${timeout}s` : `${Math.max(1, Math.round(timeout * 1000))}ms`;
+}
+
+/** Positional operands, after `--` (a value starting with `-` is not taken for a flag). */
+const operands = (...values: string[]): string[] => ["--", ...values];
 
 // ---- verbs ---------------------------------------------------------------
 
@@ -275,6 +303,10 @@ export interface HandoffOptions extends RegistryOptions {
   checkpointId?: string;
   /** Export the checkpoint to this new archive (portable, version-2 handoff). */
   archive?: string;
+  /** Push the checkpoint to this remote and name it in the document (portable, version-2; not with `archive`). */
+  remote?: string;
+  /** Deadline of the push: `"30s"`, `"10m"`, or seconds. */
+  timeout?: string | number;
   /** Write the document here; it is read back and returned. */
   output?: string;
 }
@@ -283,7 +315,14 @@ export interface HandoffOptions extends RegistryOptions {
 export async function handoffWorkspace(id: string, options: HandoffOptions = {}): Promise<WorkspaceJSON> {
   const args = argv(
     ["handoff", "--id", id],
-    [["--checkpoint-id", options.checkpointId], ["--archive", options.archive], ["--output", options.output], ...registry(options)],
+    [
+      ["--checkpoint-id", options.checkpointId],
+      ["--archive", options.archive],
+      ["--remote", options.remote],
+      ["--timeout", duration(options.timeout)],
+      ["--output", options.output],
+      ...registry(options),
+    ],
   );
   if (options.output === undefined) return runWorkspaceCommand(args, options);
   await runRaw(args, options);
@@ -294,14 +333,25 @@ export interface AdoptOptions extends RegistryOptions, BoundOptions {
   handoffPath: string;
   root: string;
   includeSensitive?: boolean;
+  /** Deadline of the remote traffic when the handoff names a remote (`"30s"` or seconds). */
+  timeout?: string | number;
 }
 
-/** `adopt --handoff --root`: verify, import and restore a portable handoff as a new workspace. */
+/**
+ * `adopt --handoff --root`: verify, import and restore a portable handoff as
+ * a new workspace (a handoff naming a remote pulls from it: pass its
+ * credentials in `env`).
+ */
 export async function adoptWorkspaceHandoff(options: AdoptOptions): Promise<WorkspaceJSON> {
   return runWorkspaceCommand(
     argv(
       ["adopt", "--handoff", options.handoffPath, "--root", options.root],
-      [...bounds(options), ["--include-sensitive", options.includeSensitive], ...registry(options)],
+      [
+        ["--timeout", duration(options.timeout)],
+        ...bounds(options),
+        ["--include-sensitive", options.includeSensitive],
+        ...registry(options),
+      ],
     ),
     options,
   );
@@ -316,8 +366,8 @@ export interface CheckpointOptions extends RegistryOptions, BoundOptions {
   noIgnore?: boolean;
   /** Keyed capture: replays, never repeats. Needs `timeout`. */
   requestKey?: string;
-  /** Deadline of a keyed capture, e.g. `"30s"`. */
-  timeout?: string;
+  /** Deadline of a keyed capture, e.g. `"30s"` (a number is seconds). */
+  timeout?: string | number;
 }
 
 /**
@@ -336,7 +386,7 @@ export async function checkpointWorkspace(id: string, options: CheckpointOptions
         ["--portable", options.portable],
         ["--no-ignore", options.noIgnore],
         ["--request-key", options.requestKey],
-        ["--timeout", options.timeout],
+        ["--timeout", duration(options.timeout)],
         ...registry(options),
       ],
     ),
@@ -345,8 +395,8 @@ export async function checkpointWorkspace(id: string, options: CheckpointOptions
 }
 
 export interface ResolveCheckpointOptions extends RegistryOptions {
-  /** The CLI requires one with `--resolve` (default `"30s"`). */
-  timeout?: string;
+  /** The CLI requires one with `--resolve` (default `"30s"`; a number is seconds). */
+  timeout?: string | number;
 }
 
 /** `checkpoint --id --request-key --resolve`: what happened to a keyed capture (never captures). */
@@ -354,7 +404,7 @@ export async function resolveCheckpoint(id: string, requestKey: string, options:
   return runWorkspaceCommand(
     argv(
       ["checkpoint", "--id", id, "--request-key", requestKey, "--resolve"],
-      [["--timeout", options.timeout ?? "30s"], ...registry(options)],
+      [["--timeout", duration(options.timeout ?? "30s")], ...registry(options)],
     ),
     options,
   );
@@ -493,6 +543,122 @@ export async function workspacePolicySet(options: PolicySetOptions): Promise<Wor
         ["--max-workspaces", options.maxWorkspaces],
         ["--max-checkpoints", options.maxCheckpoints],
         ["--max-checkpoint-bytes", options.maxCheckpointBytes],
+        ...registry(options),
+      ],
+    ),
+    options,
+  );
+}
+
+// ---- remotes -------------------------------------------------------------
+//
+// A remote names an S3 location (s3://BUCKET[/PREFIX]) of a registry
+// partition. The CLI stores no credentials: a command that reaches the remote
+// takes them from the standard AWS chain of its environment
+// (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, …) — pass `env`.
+
+/** `stow-s3 remote <verb…>`: a top-level command, not under `workspace`. */
+function runRemoteCommand(args: string[], options: CommandOptions): Promise<WorkspaceJSON> {
+  return runCommand([], ["remote", ...args], options);
+}
+
+export interface AddRemoteOptions extends RegistryOptions {
+  /** The service's endpoint (the CLI's default: `AWS_ENDPOINT_URL`, else AWS). */
+  endpointUrl?: string;
+  region?: string;
+  /** A profile of the shared AWS config/credentials files. */
+  profile?: string;
+}
+
+/** `remote add NAME URL`: name an S3 location (`url` is `s3://BUCKET[/PREFIX]`). */
+export async function addRemote(name: string, url: string, options: AddRemoteOptions = {}): Promise<WorkspaceJSON> {
+  return runRemoteCommand(
+    [
+      ...argv(
+        ["add"],
+        [["--endpoint-url", options.endpointUrl], ["--region", options.region], ["--profile", options.profile], ...registry(options)],
+      ),
+      ...operands(name, url),
+    ],
+    options,
+  );
+}
+
+/** `remote list`: the partition's remotes. */
+export async function listRemotes(options: RegistryOptions = {}): Promise<WorkspaceJSON> {
+  return runRemoteCommand(argv(["list"], registry(options)), options);
+}
+
+/** `remote remove NAME`: forget a remote (nothing on the remote is touched). */
+export async function removeRemote(name: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
+  return runRemoteCommand([...argv(["remove"], registry(options)), ...operands(name)], options);
+}
+
+export interface RemoteTrafficOptions extends RegistryOptions {
+  /** Overall deadline: `"90s"`, `"10m"`, or seconds (the CLI's default: 30 minutes). */
+  timeout?: string | number;
+}
+
+/** `remote-list --remote` (as `remote ls NAME`): the checkpoints a remote holds. */
+export async function listRemoteCheckpoints(remote: string, options: RemoteTrafficOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(["remote-list", "--remote", remote], [["--timeout", duration(options.timeout)], ...registry(options)]),
+    options,
+  );
+}
+
+export interface PushOptions extends RemoteTrafficOptions {
+  /** Push a checkpoint holding sensitive-looking paths (.env, keys). */
+  includeSensitive?: boolean;
+}
+
+/** `push --checkpoint-id --remote`: upload the blobs the remote lacks, then the manifest. */
+export async function pushWorkspaceCheckpoint(checkpointId: string, remote: string, options: PushOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(
+      ["push", "--checkpoint-id", checkpointId, "--remote", remote],
+      [["--timeout", duration(options.timeout)], ["--include-sensitive", options.includeSensitive], ...registry(options)],
+    ),
+    options,
+  );
+}
+
+export interface PullOptions extends RemoteTrafficOptions, BoundOptions {
+  includeSensitive?: boolean;
+}
+
+/** `pull --checkpoint-id --remote`: download a remote checkpoint, verified before it is published. */
+export async function pullWorkspaceCheckpoint(checkpointId: string, remote: string, options: PullOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(
+      ["pull", "--checkpoint-id", checkpointId, "--remote", remote],
+      [
+        ["--timeout", duration(options.timeout)],
+        ...bounds(options),
+        ["--include-sensitive", options.includeSensitive],
+        ...registry(options),
+      ],
+    ),
+    options,
+  );
+}
+
+export interface AdoptRemoteOptions extends PullOptions {
+  remote: string;
+  checkpointId: string;
+  /** The new root (must not exist; its parent must). */
+  root: string;
+}
+
+/** `adopt --remote --checkpoint-id --root`: pull a remote checkpoint and restore it as a new, adopted workspace. */
+export async function adoptWorkspaceRemote(options: AdoptRemoteOptions): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(
+      ["adopt", "--remote", options.remote, "--checkpoint-id", options.checkpointId, "--root", options.root],
+      [
+        ["--timeout", duration(options.timeout)],
+        ...bounds(options),
+        ["--include-sensitive", options.includeSensitive],
         ...registry(options),
       ],
     ),

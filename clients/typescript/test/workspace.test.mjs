@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, w
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as w from "@chester-hill-solutions/stow-s3/workspace";
+import { withStow } from "@chester-hill-solutions/stow-s3";
 
 const work = mkdtempSync(join(tmpdir(), "stow-ts-ws-"));
 const home = join(work, "home");
@@ -17,7 +18,7 @@ const A = { registryDir: regA, team: "platform", env };
 
 test.after(() => rmSync(work, { recursive: true, force: true }));
 
-async function refused(promise, code, text) {
+async function refused(promise, code, text, group = "workspace") {
   const err = await promise.then(
     () => assert.fail("expected a refusal"),
     (e) => e,
@@ -26,7 +27,7 @@ async function refused(promise, code, text) {
   assert.equal(err.exitCode, 1);
   if (code) assert.equal(err.code, code);
   if (text) assert.match(err.message + err.stderr, text);
-  assert.ok(Array.isArray(err.command) && err.command[1] === "workspace");
+  assert.ok(Array.isArray(err.command) && err.command[1] === group);
   return err;
 }
 
@@ -245,4 +246,130 @@ test("parseWorkspaceReady requires version 1 and the non-empty fields", () => {
   assert.throws(() => w.parseWorkspaceReady(JSON.stringify({ ...ok, bucket: "" })), w.WorkspaceReadyError);
   const { secret_access_key, ...missing } = ok;
   assert.throws(() => w.parseWorkspaceReady(JSON.stringify(missing)), w.WorkspaceReadyError);
+});
+
+test("remotes: push, pull and adopt through a throwaway S3 session", async (t) => {
+  let sdk;
+  try {
+    sdk = await import("@aws-sdk/client-s3");
+  } catch {
+    t.skip("@aws-sdk/client-s3 not installed");
+    return;
+  }
+  const dir = join(work, "remotes");
+  const src = join(dir, "src");
+  mkdirSync(join(src, "nested"), { recursive: true });
+  writeFileSync(join(src, "seed.txt"), "seed");
+  writeFileSync(join(src, "nested", "second.txt"), "second");
+  const regA = join(dir, "reg-a");
+  const regB = join(dir, "reg-b");
+  const regC = join(dir, "reg-c");
+  const A = { registryDir: regA, team: "platform", env };
+  const p = await w.prepareWorkspace(
+    { version: 1, root: join(dir, "task"), registry_dir: regA, team: "platform", inputs: [{ source: src, destination: "." }] },
+    { env },
+  );
+  const ws = p.workspace_id;
+  const cp = await w.checkpointWorkspace(ws, A);
+  const cpId = cp.checkpoint_id;
+  assert.equal(cp.files, 2);
+  assert.equal(cp.bytes, 10);
+
+  await withStow(async (stow) => {
+    const s3 = new sdk.S3Client(stow.awsSdkV3Config());
+    await s3.send(new sdk.CreateBucketCommand({ Bucket: "checkpoints" }));
+    // The CLI stores no credentials: they reach it through the command's environment.
+    // (Only AWS_* is dropped: STOW_BIN in `env` still picks the binary.)
+    const noAws = Object.fromEntries(Object.entries(env).filter(([k]) => !k.toUpperCase().startsWith("AWS_")));
+    const keys = {
+      ...noAws,
+      AWS_ACCESS_KEY_ID: stow.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: stow.secretAccessKey,
+      AWS_DEFAULT_REGION: stow.region,
+    };
+    const withKeys = (o) => ({ ...o, env: keys });
+
+    const added = await w.addRemote("origin", "s3://checkpoints/team", { ...A, endpointUrl: stow.endpoint, region: stow.region });
+    assert.deepEqual(added, { name: "origin", url: "s3://checkpoints/team", endpoint_url: stow.endpoint, region: stow.region });
+    for (const registryDir of [regB, regC]) {
+      assert.equal((await w.addRemote("origin", "s3://checkpoints/team", { registryDir, endpointUrl: stow.endpoint, env })).name, "origin");
+    }
+    const listed = await w.listRemotes(A);
+    assert.equal(listed.team, "platform");
+    assert.deepEqual(listed.remotes.map((r) => r.name), ["origin"]);
+    assert.equal("team" in (await w.listRemotes({ registryDir: regB, env })), false);
+    const dup = await refused(w.addRemote("origin", "s3://checkpoints/other", A), "already_exists", /already exists/, "remote");
+    assert.deepEqual(dup.command.slice(1, 3), ["remote", "add"]);
+    assert.match(dup.message, /^stow-s3 remote add failed \(already_exists\)/);
+    await refused(w.addRemote("elsewhere", "https://example.com/b", A), "invalid_request", /s3:\/\/BUCKET/, "remote");
+    // After "--": the CLI's own refusal, not a usage error.
+    await refused(w.addRemote("-x", "s3://checkpoints/x", A), "invalid_request", /remote name/, "remote");
+
+    // push: the blobs, then the manifest; a rerun sends nothing twice
+    const counts = (d) => [d.uploaded_blobs, d.uploaded_bytes, d.skipped_blobs, d.skipped_bytes];
+    const pushed = await w.pushWorkspaceCheckpoint(cpId, "origin", withKeys({ ...A, timeout: 30 }));
+    assert.equal(pushed.checkpoint_id, cpId);
+    assert.equal(pushed.workspace_id, ws);
+    assert.equal(pushed.remote_url, "s3://checkpoints/team");
+    assert.equal(pushed.manifest, "uploaded");
+    assert.deepEqual(counts(pushed), [2, 10, 0, 0]);
+    const again = await w.pushWorkspaceCheckpoint(cpId, "origin", withKeys({ ...A, timeout: "30s" }));
+    assert.equal(again.manifest, "already_present");
+    assert.deepEqual(counts(again), [0, 0, 2, 10]);
+    const objects = await s3.send(new sdk.ListObjectsV2Command({ Bucket: "checkpoints" }));
+    assert.ok(objects.Contents.some((o) => o.Key === `team/checkpoints/${cpId}.json`));
+
+    const held = await w.listRemoteCheckpoints("origin", withKeys({ ...A, timeout: 1.5 }));
+    assert.equal(held.remote_url, "s3://checkpoints/team");
+    assert.deepEqual(held.checkpoints.map((c) => [c.checkpoint_id, c.workspace_id, c.files, c.bytes]), [[cpId, ws, 2, 10]]);
+
+    // pull into a second registry; a second pull is refused
+    const pulled = await w.pullWorkspaceCheckpoint(cpId, "origin", withKeys({ registryDir: regB }));
+    assert.equal(pulled.checkpoint_id, cpId);
+    assert.deepEqual([pulled.downloaded_blobs, pulled.downloaded_bytes, pulled.local_blobs], [2, 10, 0]);
+    await refused(w.pullWorkspaceCheckpoint(cpId, "origin", withKeys({ registryDir: regB })), "already_exists");
+    const restoredRoot = join(dir, "restored");
+    await w.restoreWorkspaceCheckpoint(cpId, restoredRoot, { registryDir: regB, env });
+    assert.equal(readFileSync(join(restoredRoot, "nested", "second.txt"), "utf8"), "second");
+
+    // adopt straight from the remote into a new root of a third registry
+    const adoptedRoot = join(dir, "adopted");
+    const adopted = await w.adoptWorkspaceRemote(withKeys({ remote: "origin", checkpointId: cpId, root: adoptedRoot, registryDir: regC, timeout: 30 }));
+    assert.equal(adopted.checkpoint_id, cpId);
+    assert.notEqual(adopted.workspace_id, ws);
+    assert.equal(adopted.root, adoptedRoot);
+    for (const rel of ["seed.txt", join("nested", "second.txt")]) {
+      assert.deepEqual(readFileSync(join(adoptedRoot, rel)), readFileSync(join(src, rel)));
+    }
+
+    // handoff with a remote: pushes (already there) and names it; adopted from the document alone
+    const handoffPath = join(dir, "handoff.json");
+    const handoff = await w.handoffWorkspace(ws, withKeys({ ...A, checkpointId: cpId, remote: "origin", timeout: "30s", output: handoffPath }));
+    assert.equal(handoff.version, 2);
+    assert.equal(handoff.checkpoint_id, cpId);
+    assert.deepEqual(handoff.remote, { url: "s3://checkpoints/team", endpoint_url: stow.endpoint, region: stow.region });
+    assert.deepEqual(await w.handoffWorkspace(ws, withKeys({ ...A, checkpointId: cpId, remote: "origin" })), handoff);
+    const viaDoc = await w.adoptWorkspaceHandoff(
+      withKeys({ handoffPath, root: join(dir, "via-doc"), registryDir: join(dir, "reg-d"), timeout: 30 }),
+    );
+    assert.equal(viaDoc.checkpoint_id, cpId);
+    assert.equal(readFileSync(join(dir, "via-doc", "seed.txt"), "utf8"), "seed");
+
+    // refusals carry the CLI's code
+    await refused(w.pullWorkspaceCheckpoint(`cp_${"0".repeat(24)}`, "origin", withKeys({ registryDir: regB })), "not_found", /not found/);
+    await refused(w.pullWorkspaceCheckpoint(cpId, "nowhere", withKeys({ registryDir: regC })), "not_found", /remote nowhere not found/);
+    await refused(
+      w.listRemoteCheckpoints("origin", { ...A, env: { ...keys, AWS_SECRET_ACCESS_KEY: "wrong" } }),
+      "remote_auth",
+    );
+    await refused(w.pushWorkspaceCheckpoint(cpId, "origin", { ...A, env: noAws }), "remote_auth", /credentials/);
+    await w.addRemote("gone", "s3://no-such-bucket", { ...A, endpointUrl: stow.endpoint });
+    await refused(w.listRemoteCheckpoints("gone", withKeys(A)), "remote_no_bucket");
+    await assert.rejects(w.pushWorkspaceCheckpoint(cpId, "origin", { ...A, timeout: 0 }), RangeError);
+  });
+
+  assert.equal((await w.removeRemote("gone", A)).name, "gone");
+  const gone = await refused(w.removeRemote("gone", A), "not_found", null, "remote");
+  assert.match(gone.message, /^stow-s3 remote remove failed \(not_found\)/);
+  assert.deepEqual((await w.listRemotes(A)).remotes.map((r) => r.name), ["origin"]);
 });

@@ -1,4 +1,5 @@
-"""Workspace helpers: each runs ``stow-s3 workspace <verb>`` (no shell) and returns its JSON object."""
+"""Workspace helpers: each runs ``stow-s3 workspace <verb>`` (or ``stow-s3 remote <verb>``; no shell)
+and returns its JSON object."""
 
 from __future__ import annotations
 
@@ -41,12 +42,19 @@ __all__ = [
     "gc_workspaces",
     "workspace_policy_show",
     "workspace_policy_set",
+    "add_remote",
+    "list_remotes",
+    "remove_remote",
+    "push_workspace_checkpoint",
+    "pull_workspace_checkpoint",
+    "list_remote_checkpoints",
+    "adopt_workspace_remote",
     "serve_workspace",
 ]
 
 
 class WorkspaceCommandError(RuntimeError):
-    """A ``stow-s3 workspace`` command failed.
+    """A ``stow-s3 workspace`` (or ``stow-s3 remote``) command failed.
 
     ``command`` is the argv run, ``returncode`` its exit status, ``stderr`` its
     diagnostics; ``code``/``message`` come from the CLI's ``{"error": {...}}``
@@ -71,8 +79,8 @@ class WorkspaceCommandError(RuntimeError):
         self.envelope = envelope
         detail = message or _stderr_message(stderr) or "failed"
         tag = f" ({code})" if code and f"({code})" not in detail else ""
-        verb = " ".join(self.command[2:3])
-        super().__init__(f"stow-s3 workspace {verb} exited {returncode}: {detail}{tag}")
+        verb = " ".join(self.command[1:3])
+        super().__init__(f"stow-s3 {verb} exited {returncode}: {detail}{tag}")
 
 
 def _decode_error(stdout: str) -> tuple[str | None, str | None, WorkspaceJSON | None]:
@@ -99,8 +107,19 @@ def _stderr_message(stderr: str) -> str | None:
     return last[len("stow-s3: ") :] if last.startswith("stow-s3: ") else last
 
 
-def _run(args: Sequence[str], *, allow_empty: bool = False, env: Mapping[str, str] | None = None) -> WorkspaceJSON | None:
-    command = [resolve_stow_binary(), "workspace", *args]
+_WORKSPACE = ("workspace",)
+
+
+def _run(
+    args: Sequence[str],
+    *,
+    prefix: Sequence[str] = _WORKSPACE,
+    allow_empty: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON | None:
+    """Run ``stow-s3 <prefix…> <args…>``: ``prefix`` is ``("workspace",)``, or ``()`` for a top-level command."""
+    command = [resolve_stow_binary(), *prefix, *args]
+    label = "stow-s3 " + " ".join(command[1:3])
     proc = subprocess.run(command, capture_output=True, env=None if env is None else dict(env), check=False)
     stdout = proc.stdout.decode("utf-8", "replace")
     stderr = proc.stderr.decode("utf-8", "replace")
@@ -114,9 +133,9 @@ def _run(args: Sequence[str], *, allow_empty: bool = False, env: Mapping[str, st
     try:
         doc = json.loads(stdout)
     except ValueError as err:
-        raise ValueError(f"stow-s3 workspace {args[0] if args else ''} printed no JSON: {stdout[:200]!r}") from err
+        raise ValueError(f"{label} printed no JSON: {stdout[:200]!r}") from err
     if not isinstance(doc, dict):
-        raise ValueError(f"stow-s3 workspace {args[0] if args else ''} printed a JSON {type(doc).__name__}, not an object")
+        raise ValueError(f"{label} printed a JSON {type(doc).__name__}, not an object")
     # A keyed checkpoint reports failures in its envelope; normally with exit 1, but be strict.
     if isinstance(doc.get("error"), dict) and "result" in doc:
         code, message, envelope = _decode_error(stdout)
@@ -136,8 +155,9 @@ def run_workspace_command(*args: str | os.PathLike[str], env: Mapping[str, str] 
 
 
 class _Args:
-    def __init__(self, verb: str | Sequence[str]) -> None:
+    def __init__(self, verb: str | Sequence[str], *, prefix: Sequence[str] = _WORKSPACE) -> None:
         self.argv: list[str] = [verb] if isinstance(verb, str) else list(verb)
+        self.prefix = tuple(prefix)
 
     def opt(self, flag: str, value: Any) -> _Args:
         if value is not None:
@@ -155,8 +175,20 @@ class _Args:
     def limits(self, max_bytes: int | None, max_files: int | None) -> _Args:
         return self.opt("--max-bytes", max_bytes).opt("--max-files", max_files)
 
-    def run(self) -> WorkspaceJSON:
-        return run_workspace_command(*self.argv)
+    def operands(self, *values: PathLike) -> _Args:
+        """Positional arguments, after ``--`` (a value starting with ``-`` is not taken for a flag)."""
+        self.argv += ["--", *(os.fspath(v) for v in values)]
+        return self
+
+    def run(self, env: Mapping[str, str] | None = None) -> WorkspaceJSON:
+        doc = _run(self.argv, prefix=self.prefix, env=env)
+        assert doc is not None
+        return doc
+
+
+def _remote(verb: str) -> _Args:
+    """``stow-s3 remote <verb>`` (a top-level command, not under ``workspace``)."""
+    return _Args(["remote", verb], prefix=())
 
 
 def _duration(timeout: float | str | None) -> str | None:
@@ -169,7 +201,7 @@ def _duration(timeout: float | str | None) -> str | None:
     return f"{max(1, round(timeout * 1000))}ms"
 
 
-def prepare_workspace(manifest: PathLike | Mapping[str, Any]) -> WorkspaceJSON:
+def prepare_workspace(manifest: PathLike | Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> WorkspaceJSON:
     """``prepare --manifest``. ``manifest`` is a path, or a mapping written to a temp file.
 
     With a mapping, a relative ``root`` resolves against the current directory (as
@@ -187,15 +219,17 @@ def prepare_workspace(manifest: PathLike | Mapping[str, Any]) -> WorkspaceJSON:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(doc, f)
-            return _Args("prepare").opt("--manifest", path).run()
+            return _Args("prepare").opt("--manifest", path).run(env)
         finally:
             os.unlink(path)
-    return _Args("prepare").opt("--manifest", manifest).run()
+    return _Args("prepare").opt("--manifest", manifest).run(env)
 
 
-def list_workspaces(*, registry_dir: PathLike | None = None, team: str | None = None) -> WorkspaceJSON:
+def list_workspaces(
+    *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
     """``list``: the records of a registry partition."""
-    return _Args("list").registry(registry_dir, team).run()
+    return _Args("list").registry(registry_dir, team).run(env)
 
 
 def resume_workspace(
@@ -204,9 +238,10 @@ def resume_workspace(
     handoff: PathLike | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``resume --id`` or ``resume --handoff`` (the CLI refuses both at once)."""
-    return _Args("resume").opt("--id", id).opt("--handoff", handoff).registry(registry_dir, team).run()
+    return _Args("resume").opt("--id", id).opt("--handoff", handoff).registry(registry_dir, team).run(env)
 
 
 def handoff_workspace(
@@ -215,15 +250,22 @@ def handoff_workspace(
     archive: PathLike | None = None,
     output: PathLike | None = None,
     *,
+    remote: str | None = None,
+    timeout: float | str | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
-    """``handoff``; with ``output=`` the CLI prints nothing and the written document is read back."""
+    """``handoff``; with ``output=`` the CLI prints nothing and the written document is read back.
+
+    ``remote=`` (with ``checkpoint_id``, not with ``archive``) pushes the checkpoint to that
+    remote and names it in the (version-2) document; ``timeout=`` bounds the push."""
     args = _Args("handoff").opt("--id", id).opt("--checkpoint-id", checkpoint_id)
-    args.opt("--archive", archive).opt("--output", output).registry(registry_dir, team)
+    args.opt("--archive", archive).opt("--remote", remote).opt("--timeout", _duration(timeout))
+    args.opt("--output", output).registry(registry_dir, team)
     if output is None:
-        return args.run()
-    _run(args.argv, allow_empty=True)
+        return args.run(env)
+    _run(args.argv, allow_empty=True, env=env)
     with open(output, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict):
@@ -235,15 +277,19 @@ def adopt_workspace_handoff(
     handoff: PathLike,
     root: PathLike,
     *,
+    timeout: float | str | None = None,
     max_bytes: int | None = None,
     max_files: int | None = None,
     include_sensitive: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
-    """``adopt --handoff --root``: a new, adopted workspace from a portable handoff."""
-    args = _Args("adopt").opt("--handoff", handoff).opt("--root", root).limits(max_bytes, max_files)
-    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run()
+    """``adopt --handoff --root``: a new, adopted workspace from a portable handoff (an archive,
+    or a remote it names: ``timeout=`` bounds that traffic, ``env=`` carries its credentials)."""
+    args = _Args("adopt").opt("--handoff", handoff).opt("--root", root).opt("--timeout", _duration(timeout))
+    args.limits(max_bytes, max_files).flag("--include-sensitive", include_sensitive)
+    return args.registry(registry_dir, team).run(env)
 
 
 def _checkpoint_args(
@@ -277,13 +323,14 @@ def checkpoint_workspace(
     no_ignore: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``checkpoint``. With ``request_key=`` (and ``timeout=``, seconds or ``"30s"``) a keyed
     capture: the result is the envelope ``{"version", "result": {...}}``; an envelope with
     an error raises :class:`WorkspaceCommandError` with ``code`` and ``envelope`` set."""
     return _checkpoint_args(
         id, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore, registry_dir, team
-    ).run()
+    ).run(env)
 
 
 def resolve_checkpoint(
@@ -299,6 +346,7 @@ def resolve_checkpoint(
     no_ignore: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``checkpoint --resolve``: what happened to a keyed capture (pass the same options).
 
@@ -306,14 +354,19 @@ def resolve_checkpoint(
     args = _checkpoint_args(
         id, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore, registry_dir, team
     )
-    return args.flag("--resolve", True).run()
+    return args.flag("--resolve", True).run(env)
 
 
 def diff_workspaces(
-    from_id: str, to_id: str, *, registry_dir: PathLike | None = None, team: str | None = None
+    from_id: str,
+    to_id: str,
+    *,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``diff --from --to``."""
-    return _Args("diff").opt("--from", from_id).opt("--to", to_id).registry(registry_dir, team).run()
+    return _Args("diff").opt("--from", from_id).opt("--to", to_id).registry(registry_dir, team).run(env)
 
 
 def restore_workspace_checkpoint(
@@ -324,10 +377,11 @@ def restore_workspace_checkpoint(
     max_files: int | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``restore --checkpoint-id --root``: a new workspace from a checkpoint."""
     args = _Args("restore").opt("--checkpoint-id", checkpoint_id).opt("--root", root)
-    return args.limits(max_bytes, max_files).registry(registry_dir, team).run()
+    return args.limits(max_bytes, max_files).registry(registry_dir, team).run(env)
 
 
 def export_workspace_checkpoint(
@@ -339,17 +393,22 @@ def export_workspace_checkpoint(
     include_sensitive: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``export --checkpoint-id --output``: a new gzip tar archive."""
     args = _Args("export").opt("--checkpoint-id", checkpoint_id).opt("--output", output).limits(max_bytes, max_files)
-    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run()
+    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run(env)
 
 
 def preview_workspace_archive(
-    archive: PathLike, *, max_bytes: int | None = None, max_files: int | None = None
+    archive: PathLike,
+    *,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``preview --archive``: validate an archive, extracting nothing."""
-    return _Args("preview").opt("--archive", archive).limits(max_bytes, max_files).run()
+    return _Args("preview").opt("--archive", archive).limits(max_bytes, max_files).run(env)
 
 
 def import_workspace_checkpoint(
@@ -360,10 +419,11 @@ def import_workspace_checkpoint(
     include_sensitive: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``import --archive``."""
     args = _Args("import").opt("--archive", archive).limits(max_bytes, max_files)
-    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run()
+    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run(env)
 
 
 def create_workspace_delta(
@@ -376,11 +436,12 @@ def create_workspace_delta(
     include_sensitive: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``delta --from --to --output``."""
     args = _Args("delta").opt("--from", from_id).opt("--to", to_id).opt("--output", output)
     args.limits(max_bytes, max_files).flag("--include-sensitive", include_sensitive)
-    return args.registry(registry_dir, team).run()
+    return args.registry(registry_dir, team).run(env)
 
 
 def apply_workspace_delta(
@@ -391,44 +452,57 @@ def apply_workspace_delta(
     include_sensitive: bool = False,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``apply --delta --base [--expect-sha256]``: a new checkpoint whose parent is ``base``."""
     args = _Args("apply").opt("--delta", delta).opt("--base", base).opt("--expect-sha256", expect_sha256)
-    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run()
+    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run(env)
 
 
 def delete_workspace_checkpoint(
-    checkpoint_id: str, *, registry_dir: PathLike | None = None, team: str | None = None
+    checkpoint_id: str, *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
 ) -> WorkspaceJSON:
     """``checkpoint-delete --checkpoint-id``."""
-    return _Args("checkpoint-delete").opt("--checkpoint-id", checkpoint_id).registry(registry_dir, team).run()
+    return _Args("checkpoint-delete").opt("--checkpoint-id", checkpoint_id).registry(registry_dir, team).run(env)
 
 
-def destroy_workspace(id: str, *, registry_dir: PathLike | None = None, team: str | None = None) -> WorkspaceJSON:
+def destroy_workspace(
+    id: str, *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
     """``destroy --id``: an owned, idle workspace with its checkpoints."""
-    return _Args("destroy").opt("--id", id).registry(registry_dir, team).run()
+    return _Args("destroy").opt("--id", id).registry(registry_dir, team).run(env)
 
 
-def collect_workspaces(*, registry_dir: PathLike | None = None, team: str | None = None) -> WorkspaceJSON:
+def collect_workspaces(
+    *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
     """``collect``: destroy expired (TTL) workspaces of a partition."""
-    return _Args("collect").registry(registry_dir, team).run()
+    return _Args("collect").registry(registry_dir, team).run(env)
 
 
 def prune_workspaces(
-    include_adopted: bool = False, *, registry_dir: PathLike | None = None, team: str | None = None
+    include_adopted: bool = False,
+    *,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``prune [--include-adopted]``: forget records whose directory is gone."""
-    return _Args("prune").flag("--include-adopted", include_adopted).registry(registry_dir, team).run()
+    return _Args("prune").flag("--include-adopted", include_adopted).registry(registry_dir, team).run(env)
 
 
-def gc_workspaces(*, registry_dir: PathLike | None = None, team: str | None = None) -> WorkspaceJSON:
+def gc_workspaces(
+    *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
     """``gc``: remove blobs no published checkpoint names."""
-    return _Args("gc").registry(registry_dir, team).run()
+    return _Args("gc").registry(registry_dir, team).run(env)
 
 
-def workspace_policy_show(*, registry_dir: PathLike | None = None, team: str | None = None) -> WorkspaceJSON:
+def workspace_policy_show(
+    *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
     """``policy show``: the standing registry policy and usage."""
-    return _Args(["policy", "show"]).registry(registry_dir, team).run()
+    return _Args(["policy", "show"]).registry(registry_dir, team).run(env)
 
 
 def workspace_policy_set(
@@ -438,10 +512,112 @@ def workspace_policy_set(
     max_checkpoint_bytes: int | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
     """``policy set`` (0 = unlimited; only the bounds given are sent)."""
     args = _Args(["policy", "set"]).opt("--max-workspaces", max_workspaces).opt("--max-checkpoints", max_checkpoints)
-    return args.opt("--max-checkpoint-bytes", max_checkpoint_bytes).registry(registry_dir, team).run()
+    return args.opt("--max-checkpoint-bytes", max_checkpoint_bytes).registry(registry_dir, team).run(env)
+
+
+# ---- remotes -----------------------------------------------------------------
+# A remote names an S3 location (s3://BUCKET[/PREFIX]) of a registry partition. The CLI stores
+# no credentials: a command that reaches the remote takes them from the standard AWS chain of
+# its environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...) -- pass ``env=``.
+
+
+def add_remote(
+    name: str,
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``remote add NAME URL``: name an S3 location (``url`` is ``s3://BUCKET[/PREFIX]``)."""
+    args = _remote("add").opt("--endpoint-url", endpoint_url).opt("--region", region).opt("--profile", profile)
+    return args.registry(registry_dir, team).operands(name, url).run(env)
+
+
+def list_remotes(
+    *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
+    """``remote list``: the partition's remotes."""
+    return _remote("list").registry(registry_dir, team).run(env)
+
+
+def remove_remote(
+    name: str, *, registry_dir: PathLike | None = None, team: str | None = None, env: Mapping[str, str] | None = None
+) -> WorkspaceJSON:
+    """``remote remove NAME``: forget a remote (nothing on the remote is touched)."""
+    return _remote("remove").registry(registry_dir, team).operands(name).run(env)
+
+
+def push_workspace_checkpoint(
+    checkpoint_id: str,
+    remote: str,
+    timeout: float | str | None = None,
+    *,
+    include_sensitive: bool = False,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``push --checkpoint-id --remote``: upload the blobs the remote lacks, then the manifest."""
+    args = _Args("push").opt("--checkpoint-id", checkpoint_id).opt("--remote", remote).opt("--timeout", _duration(timeout))
+    return args.flag("--include-sensitive", include_sensitive).registry(registry_dir, team).run(env)
+
+
+def pull_workspace_checkpoint(
+    checkpoint_id: str,
+    remote: str,
+    timeout: float | str | None = None,
+    *,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+    include_sensitive: bool = False,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``pull --checkpoint-id --remote``: download a remote checkpoint, verified before it is published."""
+    args = _Args("pull").opt("--checkpoint-id", checkpoint_id).opt("--remote", remote).opt("--timeout", _duration(timeout))
+    args.limits(max_bytes, max_files).flag("--include-sensitive", include_sensitive)
+    return args.registry(registry_dir, team).run(env)
+
+
+def list_remote_checkpoints(
+    remote: str,
+    timeout: float | str | None = None,
+    *,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``remote-list --remote`` (as ``remote ls NAME``): the checkpoints a remote holds."""
+    args = _Args("remote-list").opt("--remote", remote).opt("--timeout", _duration(timeout))
+    return args.registry(registry_dir, team).run(env)
+
+
+def adopt_workspace_remote(
+    checkpoint_id: str,
+    remote: str,
+    root: PathLike,
+    timeout: float | str | None = None,
+    *,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+    include_sensitive: bool = False,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``adopt --remote --checkpoint-id --root``: pull a remote checkpoint and restore it as a new, adopted workspace."""
+    args = _Args("adopt").opt("--remote", remote).opt("--checkpoint-id", checkpoint_id).opt("--root", root)
+    args.opt("--timeout", _duration(timeout)).limits(max_bytes, max_files).flag("--include-sensitive", include_sensitive)
+    return args.registry(registry_dir, team).run(env)
 
 
 _SERVE_REQUIRED = ("workspace_id", "root", "bucket", "endpoint", "region", "access_key_id", "secret_access_key")
@@ -512,6 +688,7 @@ def serve_workspace(
     max_bytes: int | None = None,
     max_objects: int | None = None,
     timeout: float = 15.0,
+    env: Mapping[str, str] | None = None,
 ) -> ServedWorkspace:
     """Start ``workspace serve --id`` (readiness over a pipe, ``--parent-pid`` this process)."""
     read_fd, write_fd = os.pipe()
@@ -522,7 +699,14 @@ def serve_workspace(
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,))
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            pass_fds=(write_fd,),
+            env=None if env is None else dict(env),
+        )
     except BaseException:
         os.close(read_fd)
         out.close()
