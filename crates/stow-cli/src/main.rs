@@ -73,6 +73,18 @@ pub fn print_json(value: &serde_json::Value) {
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
+/// A duration flag: plain seconds (`30`, `1.5`) or humantime (`90s`, `10m`).
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
+            std::time::Duration::try_from_secs_f64(secs).ok()
+        }
+        Ok(_) => None,
+        Err(_) => humantime::parse_duration(t).ok(),
+    }
+}
+
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with nanoseconds.
 pub fn rfc3339_ns(ns: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
@@ -135,6 +147,25 @@ fn main() -> ExitCode {
             eprintln!("stow-s3: {} ({})", err.message, err.code);
             print_json(&serde_json::json!({ "error": err }));
             ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn durations_are_seconds_or_humantime() {
+        assert_eq!(super::parse_duration("30"), Some(Duration::from_secs(30)));
+        assert_eq!(
+            super::parse_duration("1.5"),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(super::parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(super::parse_duration("10m"), Some(Duration::from_secs(600)));
+        for bad in ["", "soon", "-1", "NaN", "inf", "1e400"] {
+            assert_eq!(super::parse_duration(bad), None, "{bad}");
         }
     }
 }

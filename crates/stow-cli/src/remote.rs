@@ -107,12 +107,14 @@ pub struct RemoteListArgs {
 pub(crate) fn connector(timeout: Option<&str>) -> Result<S3Connector, CliError> {
     let limit = match timeout {
         None => DEFAULT_TIMEOUT,
-        Some(t) => match humantime::parse_duration(t) {
-            Ok(d) if d > Duration::ZERO => d,
+        Some(t) => match crate::parse_duration(t) {
+            Some(d) if d > Duration::ZERO => d,
             _ => {
                 return Err(CliError {
                     code: "invalid_request".into(),
-                    message: format!("--timeout {t:?} is not a positive duration (e.g. 90s, 10m)"),
+                    message: format!(
+                        "--timeout {t:?} is not a positive duration (seconds, or e.g. 90s, 10m)"
+                    ),
                 })
             }
         },

@@ -454,7 +454,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                         resolve,
                         timeout: timeout
                             .as_deref()
-                            .and_then(|t| humantime::parse_duration(t).ok())
+                            .and_then(crate::parse_duration)
                             .unwrap_or_default(),
                         parent,
                         max_bytes,

@@ -83,7 +83,7 @@ fn check_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(bad(format!(
-            "{name:?} is not a remote name (letters, digits, '.', '_', '-'; at most 64)"
+            "{name:?} is not a remote name (a letter or digit, then letters, digits, '.', '_', '-'; at most 64)"
         )))
     }
 }
