@@ -1,0 +1,142 @@
+//! Listings: ListObjects v1 and v2, ListObjectVersions.
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use stow_store as store;
+
+use super::convert::*;
+use super::{reading, StowS3};
+
+pub(super) async fn list_objects(
+    svc: &StowS3,
+    req: S3Request<ListObjectsInput>,
+) -> S3Result<S3Response<ListObjectsOutput>> {
+    let input = req.input;
+    let url = wants_url(&input.encoding_type)?;
+    let max = max_count(input.max_keys, "max-keys")?;
+    let query = store::ListQuery {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
+        start_after: input.marker.clone().filter(|m| !m.is_empty()),
+        max_keys: max,
+    };
+    let store = svc.store.clone();
+    let bucket = input.bucket.clone();
+    let page = reading(move || store.list_objects(&bucket, &query)).await?;
+    let enc = |s: String| if url { url_encode(&s) } else { s };
+    let next_marker = page
+        .next_marker
+        .clone()
+        .filter(|_| input.delimiter.as_deref().is_some_and(|d| !d.is_empty()))
+        .map(enc);
+    Ok(S3Response::new(ListObjectsOutput {
+        name: Some(input.bucket),
+        prefix: Some(enc(input.prefix.unwrap_or_default())),
+        marker: Some(enc(input.marker.unwrap_or_default())),
+        max_keys: Some(max as i32),
+        is_truncated: Some(page.is_truncated),
+        next_marker,
+        delimiter: input.delimiter.map(enc),
+        encoding_type: input.encoding_type,
+        contents: Some(contents(page.objects, url)),
+        common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_objects_v2(
+    svc: &StowS3,
+    req: S3Request<ListObjectsV2Input>,
+) -> S3Result<S3Response<ListObjectsV2Output>> {
+    let input = req.input;
+    let url = wants_url(&input.encoding_type)?;
+    let max = max_count(input.max_keys, "max-keys")?;
+    let after = match &input.continuation_token {
+        Some(t) => Some(decode_token(t)?),
+        None => input.start_after.clone().filter(|s| !s.is_empty()),
+    };
+    let query = store::ListQuery {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
+        start_after: after,
+        max_keys: max,
+    };
+    let store = svc.store.clone();
+    let bucket = input.bucket.clone();
+    let page = reading(move || store.list_objects(&bucket, &query)).await?;
+    let enc = |s: String| if url { url_encode(&s) } else { s };
+    let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+    Ok(S3Response::new(ListObjectsV2Output {
+        name: Some(input.bucket),
+        prefix: Some(enc(input.prefix.unwrap_or_default())),
+        max_keys: Some(max as i32),
+        key_count: Some(key_count),
+        continuation_token: input.continuation_token,
+        next_continuation_token: page.next_marker.as_deref().map(encode_token),
+        is_truncated: Some(page.is_truncated),
+        start_after: input.start_after.map(enc),
+        delimiter: input.delimiter.map(enc),
+        encoding_type: input.encoding_type,
+        contents: Some(contents(page.objects, url)),
+        common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_object_versions(
+    svc: &StowS3,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let input = req.input;
+    let url = wants_url(&input.encoding_type)?;
+    let max = max_count(input.max_keys, "max-keys")?;
+    if input.version_id_marker.is_some() && input.key_marker.is_none() {
+        return Err(s3_error!(
+            InvalidArgument,
+            "A version-id marker cannot be specified without a key marker."
+        ));
+    }
+    check_version(&input.version_id_marker.clone().filter(|v| !v.is_empty()))?;
+    let query = store::ListQuery {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
+        start_after: input.key_marker.clone().filter(|m| !m.is_empty()),
+        max_keys: max,
+    };
+    let store = svc.store.clone();
+    let bucket = input.bucket.clone();
+    let page = reading(move || store.list_objects(&bucket, &query)).await?;
+    let enc = |s: String| if url { url_encode(&s) } else { s };
+    let truncated = page.is_truncated;
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: Some(enc(input.prefix.unwrap_or_default())),
+        key_marker: Some(enc(input.key_marker.unwrap_or_default())),
+        version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+        max_keys: Some(max as i32),
+        is_truncated: Some(truncated),
+        next_key_marker: page.next_marker.clone().filter(|_| truncated).map(enc),
+        next_version_id_marker: truncated.then(|| "null".to_string()),
+        delimiter: input.delimiter.map(enc),
+        encoding_type: input.encoding_type,
+        versions: Some(
+            page.objects
+                .into_iter()
+                .map(|o| ObjectVersion {
+                    key: Some(enc(o.key)),
+                    size: Some(o.size as i64),
+                    e_tag: Some(etag(&o.etag)),
+                    last_modified: Some(timestamp(o.last_modified_ns)),
+                    is_latest: Some(true),
+                    version_id: Some("null".into()),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
+        ..Default::default()
+    }))
+}

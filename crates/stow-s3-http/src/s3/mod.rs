@@ -1,0 +1,270 @@
+//! The S3 operations, mapped onto a `stow_store::ObjectBackend`. No storage logic
+//! lives here: each operation converts its input, calls the store on a
+//! blocking thread, and converts the result.
+//!
+//! One module per operation family (`buckets`, `reads`, `writes`,
+//! `listing`, `multipart`), conversions in `convert`; the `S3` impl below
+//! only dispatches to them.
+
+mod buckets;
+mod convert;
+mod listing;
+mod multipart;
+mod reads;
+mod writes;
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
+use std::sync::Arc;
+
+use stow_store::{ObjectBackend, StoreError};
+
+use crate::errors::to_s3;
+
+/// The S3 service over one store.
+#[derive(Clone)]
+pub struct StowS3 {
+    pub(crate) store: Arc<dyn ObjectBackend>,
+    pub(crate) read_only: bool,
+    pub(crate) region: String,
+}
+
+impl StowS3 {
+    /// A service over `store`; `read_only` refuses every mutation.
+    pub fn new(store: Arc<dyn ObjectBackend>, read_only: bool, region: impl Into<String>) -> Self {
+        Self {
+            store,
+            read_only,
+            region: region.into(),
+        }
+    }
+
+    /// Runs a point read (a few database pages: one object's or bucket's
+    /// record, an inline body). On a plain store it runs right here, on the
+    /// runtime: handing it to another thread and back costs more than the
+    /// read. Other backends may hash files in a read, so they go through
+    /// [`reading`].
+    async fn point_read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn ObjectBackend) -> Result<T, StoreError> + Send + 'static,
+    ) -> S3Result<T> {
+        if let Some(store) = self.store.as_store() {
+            return f(store).map_err(to_s3);
+        }
+        let backend = self.store.clone();
+        reading(move || f(backend.as_ref())).await
+    }
+
+    fn writable(&self) -> S3Result<()> {
+        if self.read_only {
+            return Err(s3_error!(
+                AccessDenied,
+                "writing is not permitted by this environment (read-only server)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Runs a store call on a blocking thread.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> S3Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(to_s3),
+        Err(e) => Err(S3Error::internal_error(e)),
+    }
+}
+
+/// Runs a store call that reads no request body (see [`off_runtime`]).
+pub(super) async fn reading<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> S3Result<T> {
+    off_runtime(f).await?.map_err(to_s3)
+}
+
+/// Runs blocking work (store calls wait on disk and on group commit) without
+/// stalling the runtime.
+///
+/// While the server has few tasks (a handful of connections), the request's
+/// own thread runs it (`block_in_place`; the runtime hands that worker's
+/// other tasks to another thread): the request pays no handoff to a pool
+/// thread and back, a large share of a small request's latency. Under many
+/// connections that handing-over happens on every call and costs more than
+/// it saves, so the work goes to the blocking pool, as it does on a
+/// current-thread runtime (tests).
+///
+/// Never for work that reads a streaming request body: the connection's
+/// task, which this blocks, is the one that delivers the body.
+pub(super) async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> S3Result<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let rt = Handle::current();
+    let metrics = rt.metrics();
+    if rt.runtime_flavor() == RuntimeFlavor::MultiThread
+        && metrics.num_alive_tasks() <= metrics.num_workers()
+    {
+        return Ok(tokio::task::block_in_place(f));
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(S3Error::internal_error)
+}
+
+#[async_trait::async_trait]
+impl S3 for StowS3 {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        buckets::create_bucket(self, req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        buckets::head_bucket(self, req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        buckets::get_bucket_location(self, req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        buckets::list_buckets(self, req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        buckets::delete_bucket(self, req).await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        writes::put_object(self, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        reads::get_object(self, req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        reads::head_object(self, req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        writes::delete_object(self, req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        writes::delete_objects(self, req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        writes::copy_object(self, req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        listing::list_objects(self, req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        listing::list_objects_v2(self, req).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        listing::list_object_versions(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create_multipart_upload(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::upload_part_copy(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete_multipart_upload(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort_multipart_upload(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_multipart_uploads(self, req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        reads::get_object_attributes(self, req).await
+    }
+}

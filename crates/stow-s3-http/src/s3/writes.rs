@@ -1,0 +1,191 @@
+//! Object writes: PutObject, DeleteObject(s), CopyObject.
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
+use stow_store as store;
+use stow_store::ChecksumAlgorithm as Alg;
+
+use super::convert::*;
+use super::{blocking, StowS3};
+use crate::body::{request_body, RequestBody};
+use crate::errors::to_s3;
+
+pub(super) async fn put_object(
+    svc: &StowS3,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    svc.writable()?;
+    let trailer = trailer_alg(&req.headers);
+    let trailing_checksums = trailing(req.trailing_headers.clone());
+    let input = req.input;
+    let supplied = supplied_checksums!(input);
+    let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
+    let opts = store::PutOptions {
+        props: props_of!(input),
+        checksum_algorithm: declared.or(trailer),
+        expected_checksums: supplied,
+        content_md5: input.content_md5,
+        trailing_checksums: trailer.and(trailing_checksums),
+        condition: write_condition(input.if_match, input.if_none_match)?,
+    };
+    let body = request_body(input.body, input.content_length).await;
+    let (bucket, key) = (input.bucket, input.key);
+    let meta = match (body, svc.store.as_store()) {
+        // A small body of a plain store commits without a blocking
+        // thread: the request waits for the store's commit thread.
+        (RequestBody::Complete(bytes), Some(store)) if bytes.len() <= store::SMALL_BODY_MAX => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            store.put_object_detached(&bucket, &key, bytes, opts, move |r| {
+                let _ = tx.send(r);
+            });
+            rx.await.map_err(S3Error::internal_error)?.map_err(to_s3)?
+        }
+        (body, _) => {
+            let mut reader = body.into_reader();
+            let store = svc.store.clone();
+            blocking(move || store.put_object(&bucket, &key, &mut reader, opts)).await?
+        }
+    };
+    let c = ChecksumFields::of(meta.checksum.as_ref());
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&meta.etag)),
+        checksum_crc32: c.crc32,
+        checksum_crc32c: c.crc32c,
+        checksum_crc64nvme: c.crc64nvme,
+        checksum_sha1: c.sha1,
+        checksum_sha256: c.sha256,
+        checksum_type: c.kind,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn delete_object(
+    svc: &StowS3,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    svc.writable()?;
+    check_version(&req.input.version_id)?;
+    let store = svc.store.clone();
+    let (bucket, key) = (req.input.bucket, req.input.key);
+    blocking(move || store.delete_object(&bucket, &key)).await?;
+    Ok(S3Response::with_status(
+        DeleteObjectOutput::default(),
+        http::StatusCode::NO_CONTENT,
+    ))
+}
+
+pub(super) async fn delete_objects(
+    svc: &StowS3,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    svc.writable()?;
+    let input = req.input;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    if input.delete.objects.len() > 1000 {
+        return Err(s3_error!(
+            MalformedXML,
+            "at most 1000 keys may be deleted at once"
+        ));
+    }
+    let store = svc.store.clone();
+    let bucket = input.bucket;
+    let objects = input.delete.objects;
+    let (deleted, errors) = blocking(move || {
+        store.head_bucket(&bucket)?;
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for o in objects {
+            if !matches!(o.version_id.as_deref(), None | Some("null")) {
+                errors.push(Error {
+                    code: Some("NoSuchVersion".into()),
+                    key: Some(o.key),
+                    message: Some("versioning is not enabled: the only version id is null".into()),
+                    version_id: o.version_id,
+                });
+                continue;
+            }
+            match store.delete_object(&bucket, &o.key) {
+                Ok(_) => deleted.push(DeletedObject {
+                    key: Some(o.key),
+                    version_id: o.version_id,
+                    ..Default::default()
+                }),
+                Err(e) => {
+                    let s3 = to_s3(e);
+                    errors.push(Error {
+                        code: Some(s3.code().as_str().to_string()),
+                        key: Some(o.key),
+                        message: s3.message().map(String::from),
+                        version_id: o.version_id,
+                    })
+                }
+            }
+        }
+        Ok((deleted, errors))
+    })
+    .await?;
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: (!quiet).then_some(deleted),
+        errors: Some(errors),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn copy_object(
+    svc: &StowS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    svc.writable()?;
+    let condition = header_condition(&req.headers)?;
+    let input = req.input;
+    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let replace = match input
+        .metadata_directive
+        .as_ref()
+        .map(|d| d.as_str().to_ascii_uppercase())
+    {
+        None => false,
+        Some(d) if d == "COPY" => false,
+        Some(d) if d == "REPLACE" => true,
+        Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive")),
+    };
+    if !replace && src_bucket == input.bucket && src_key == input.key {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+        ));
+    }
+    let replace_props = if replace {
+        Some(props_of!(input))
+    } else {
+        None
+    };
+    let opts = store::CopyOptions {
+        replace_props,
+        condition,
+        source: source_conditions(
+            input.copy_source_if_match,
+            input.copy_source_if_none_match,
+            input.copy_source_if_modified_since,
+            input.copy_source_if_unmodified_since,
+        ),
+    };
+    let store = svc.store.clone();
+    let (bucket, key) = (input.bucket, input.key);
+    let meta =
+        blocking(move || store.copy_object(&src_bucket, &src_key, &bucket, &key, opts)).await?;
+    let c = ChecksumFields::of(meta.checksum.as_ref());
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&meta.etag)),
+            last_modified: Some(timestamp(meta.last_modified_ns)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+        }),
+        ..Default::default()
+    }))
+}
