@@ -138,3 +138,45 @@ def test_aws_cli_round_trip(s3server, tmp_path):
     assert '"ContentLength": 5' in head
     subprocess.run([*aws, "s3", "rm", "--recursive", "s3://cli-bucket/t"], check=True, env=env, capture_output=True, timeout=60)
     subprocess.run([*aws, "s3", "rb", "s3://cli-bucket"], check=True, env=env, capture_output=True, timeout=60)
+
+
+def test_completion_retried_after_a_kill_answers_the_same(stow_bin, tmp_path):
+    """An SDK retries a completion whose reply it lost. Here the server is
+    SIGKILLed right after the completion committed (the reply is never
+    read), restarted on the same data, and the retry gets 200 with the same
+    ETag; one object, no leftover parts, a consistent store."""
+    import signal
+
+    from s3server import S3Server
+
+    data_dir = tmp_path / "data"
+    keys = ("--access-key", "retrier", "--secret-key", "retrier-secret-key")
+    server = S3Server(stow_bin, data_dir, *keys)
+    s3 = server.client()
+    s3.create_bucket(Bucket="retry")
+    up = s3.create_multipart_upload(Bucket="retry", Key="k")
+    body = [os.urandom(5 * MIB), b"tail"]
+    parts = []
+    for n, b in enumerate(body, start=1):
+        r = s3.upload_part(Bucket="retry", Key="k", UploadId=up["UploadId"], PartNumber=n, Body=b)
+        parts.append({"PartNumber": n, "ETag": r["ETag"]})
+    done = s3.complete_multipart_upload(Bucket="retry", Key="k", UploadId=up["UploadId"],
+                                        MultipartUpload={"Parts": parts})
+    server.stop(sig=signal.SIGKILL)
+    server = S3Server(stow_bin, data_dir, *keys)
+    try:
+        s3 = server.client()
+        again = s3.complete_multipart_upload(Bucket="retry", Key="k", UploadId=up["UploadId"],
+                                             MultipartUpload={"Parts": parts})
+        assert again["ETag"] == done["ETag"] and again["Key"] == "k"
+        assert s3.get_object(Bucket="retry", Key="k")["Body"].read() == b"".join(body)
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="retry")["Contents"]] == ["k"]
+        assert s3.list_multipart_uploads(Bucket="retry").get("Uploads", []) == []
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.complete_multipart_upload(Bucket="retry", Key="k", UploadId=up["UploadId"],
+                                         MultipartUpload={"Parts": parts[:1]})
+        assert code_of(e) == ("NoSuchUpload", 404)
+    finally:
+        assert server.stop() == 0
+    check = subprocess.run([stow_bin, "check", "--data-dir", str(data_dir)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

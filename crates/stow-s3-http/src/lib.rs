@@ -264,6 +264,127 @@ fn is_loopback_origin(origin: &str) -> bool {
     })
 }
 
+/// An S3 error body names the request (`<RequestId>`) as its
+/// `x-amz-request-id` header does, so a report quoting either finds it.
+fn error_with_request_id(resp: Response<Body>, id: &str) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    let Some(xml) = body.bytes() else {
+        return Response::from_parts(parts, body);
+    };
+    let text = String::from_utf8_lossy(&xml);
+    let Some(end) = text.rfind("</Error>") else {
+        return Response::from_parts(parts, body);
+    };
+    let element = format!("<RequestId>{id}</RequestId>");
+    let text = match (text.find("<RequestId>"), text.find("</RequestId>")) {
+        (Some(a), Some(b)) if a < b => {
+            format!(
+                "{}{element}{}",
+                &text[..a],
+                &text[b + "</RequestId>".len()..]
+            )
+        }
+        _ => format!("{}{element}{}", &text[..end], &text[end..]),
+    };
+    if let Ok(v) = HeaderValue::from_str(&text.len().to_string()) {
+        parts.headers.insert(header::CONTENT_LENGTH, v);
+    }
+    Response::from_parts(parts, Body::from(text))
+}
+
+/// GetObjectAttributes names the ETag without quotes on AWS (unlike every
+/// other response), and SDKs compare it as sent; `s3s` always quotes it.
+fn unquote_attributes_etag(resp: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    let Some(xml) = body.bytes().filter(|_| parts.status == StatusCode::OK) else {
+        return Response::from_parts(parts, body);
+    };
+    let text = String::from_utf8_lossy(&xml)
+        .replace("<ETag>\"", "<ETag>")
+        .replace("\"</ETag>", "</ETag>");
+    if let Ok(v) = HeaderValue::from_str(&text.len().to_string()) {
+        parts.headers.insert(header::CONTENT_LENGTH, v);
+    }
+    Response::from_parts(parts, Body::from(text))
+}
+
+/// SigV4 lets a request carry its time in `Date` instead of `x-amz-date`
+/// (the string to sign holds it in ISO 8601 basic form either way); `s3s`
+/// reads only `x-amz-date`, so a header-signed request dated by `Date`
+/// alone gets the same instant as `x-amz-date` too. The signed headers are
+/// untouched: `date` stays what was signed.
+fn date_as_amz_date(headers: &mut http::HeaderMap) {
+    let sigv4 = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256"));
+    if !sigv4 || headers.contains_key("x-amz-date") {
+        return;
+    }
+    let Some(date) = headers.get(header::DATE).and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    if let Some(v) = http_date_to_amz(date).and_then(|d| HeaderValue::from_str(&d).ok()) {
+        headers.insert("x-amz-date", v);
+    }
+}
+
+/// An HTTP date (`Tue, 01 Dec 2026 12:00:00 GMT`, or with `+0000`/`-0000`)
+/// as `20261201T120000Z`.
+fn http_date_to_amz(date: &str) -> Option<String> {
+    let fields: Vec<&str> = date.split_whitespace().collect();
+    let [_, day, month, year, clock, zone] = fields.as_slice() else {
+        return None;
+    };
+    if !matches!(*zone, "GMT" | "UTC" | "UT" | "Z" | "+0000" | "-0000") {
+        return None;
+    }
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? + 1;
+    let day: u32 = day.parse().ok()?;
+    let year: u32 = year.parse().ok()?;
+    let hms: Vec<u32> = clock
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
+    let valid = (1..=31).contains(&day) && *h < 24 && *m < 60 && *s < 61 && year >= 1970;
+    valid.then(|| format!("{year:04}{month:02}{day:02}T{h:02}{m:02}{s:02}Z"))
+}
+
+/// The longest validity a presigned URL may claim (SigV4: one week).
+const MAX_PRESIGNED_EXPIRES: i64 = 604_800;
+
+/// Refuses a presigned URL whose `X-Amz-Expires` is not a whole number of
+/// seconds between 1 and a week, before anything else looks at it: a URL
+/// that claims to live longer must not be served (AWS refuses it with 400
+/// AuthorizationQueryParametersError).
+fn presigned_expiry_refusal(query: &str) -> Option<s3s::S3Error> {
+    let value = query.split('&').find_map(|p| {
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        (k == "X-Amz-Expires").then_some(v)
+    })?;
+    // AWS's code and messages (400 AuthorizationQueryParametersError).
+    let refuse = |msg: &str| {
+        Some(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::AuthorizationQueryParametersError,
+            msg.to_string(),
+        ))
+    };
+    match value.parse::<i64>() {
+        Ok(n) if (1..=MAX_PRESIGNED_EXPIRES).contains(&n) => None,
+        Ok(n) if n > MAX_PRESIGNED_EXPIRES => {
+            refuse("X-Amz-Expires must be less than a week (in seconds) that is 604800")
+        }
+        Ok(n) if n < 0 => refuse("X-Amz-Expires must be non-negative"),
+        _ => refuse("X-Amz-Expires should be a number from 1 to 604800"),
+    }
+}
+
 /// What a request's `Expect: 100-continue` means for its connection.
 ///
 /// hyper sends `100 Continue` when a handler first reads the body, so a
@@ -351,6 +472,9 @@ impl Handler {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         let request_id = request_id();
+        if resp.status().as_u16() >= 400 {
+            resp = error_with_request_id(resp, &request_id);
+        }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             resp.headers_mut().insert("x-amz-request-id", v);
         }
@@ -362,7 +486,7 @@ impl Handler {
         self.with_cors(origin.as_ref(), resp)
     }
 
-    async fn route(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn route(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         if req.uri().path().starts_with("/_stow/") {
             return self.admin(&req, peer);
         }
@@ -382,8 +506,15 @@ impl Handler {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             return resp;
         };
+        date_as_amz_date(req.headers_mut());
+        let attributes = req.method() == Method::GET
+            && req.uri().query().is_some_and(|q| {
+                q.split('&')
+                    .any(|p| p.split('=').next() == Some("attributes"))
+            });
         let req = req.map(Body::from);
         match self.s3.call(req).await {
+            Ok(resp) if attributes => unquote_attributes_etag(resp),
             Ok(resp) => resp,
             Err(e) => {
                 tracing::error!("request failed: {e:?}");
@@ -403,6 +534,20 @@ impl Handler {
                 AccessDenied,
                 "Signature Version 2 is not supported; sign requests with AWS Signature Version 4"
             )));
+        }
+        // An empty Content-MD5 is a malformed digest, not an absent one.
+        if req
+            .headers()
+            .get("content-md5")
+            .is_some_and(|v| v.as_bytes().iter().all(u8::is_ascii_whitespace))
+        {
+            return Some(xml_error(s3_error!(
+                InvalidDigest,
+                "The Content-MD5 you specified is not valid"
+            )));
+        }
+        if let Some(refusal) = presigned_expiry_refusal(query) {
+            return Some(xml_error(refusal));
         }
         if has_param("Action") {
             return Some(xml_error(s3_error!(
@@ -570,5 +715,46 @@ mod tests {
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "ab"));
+    }
+
+    #[test]
+    fn presigned_urls_live_at_most_a_week() {
+        let q = |e: &str| {
+            format!("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires={e}&X-Amz-Signature=x")
+        };
+        assert!(presigned_expiry_refusal(&q("1")).is_none());
+        assert!(presigned_expiry_refusal(&q("604800")).is_none());
+        for bad in [
+            "604801",
+            "609901",
+            "0",
+            "-5",
+            "1e3",
+            "",
+            "99999999999999999999",
+        ] {
+            assert!(presigned_expiry_refusal(&q(bad)).is_some(), "{bad}");
+        }
+        assert!(presigned_expiry_refusal("list-type=2").is_none());
+    }
+
+    #[test]
+    fn http_dates_become_amz_dates() {
+        assert_eq!(
+            http_date_to_amz("Tue, 01 Dec 2026 12:03:04 GMT").as_deref(),
+            Some("20261201T120304Z")
+        );
+        assert_eq!(
+            http_date_to_amz("Tue, 01 Dec 2026 12:03:04 -0000").as_deref(),
+            Some("20261201T120304Z")
+        );
+        for bad in [
+            "",
+            "Tue, 01 Dec 2026 12:03:04 +0100",
+            "Tue, 41 Dec 2026 12:03:04 GMT",
+            "yesterday",
+        ] {
+            assert_eq!(http_date_to_amz(bad), None, "{bad}");
+        }
     }
 }

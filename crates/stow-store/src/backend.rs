@@ -63,6 +63,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
         dst_key: &str,
         opts: CopyOptions,
     ) -> Result<ObjectMeta>;
+    /// Replaces an object's tags (bytes and other properties unchanged).
+    /// Backends without tag storage refuse.
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<ObjectMeta> {
+        let _ = (bucket, key, tags);
+        Err(crate::StoreError::InvalidArgument {
+            reason: format!("{} does not store object tags", self.backend_name()),
+        })
+    }
     /// Lists a bucket in key byte order.
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
     /// Starts a multipart upload.
@@ -110,6 +123,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
         upload_id: &str,
         listed: &[CompletedPart],
         condition: WriteCondition,
+    ) -> Result<ObjectMeta> {
+        self.complete_upload_checked(bucket, key, upload_id, listed, condition, None)
+    }
+    /// [`ObjectBackend::complete_upload`], refused with `BadDigest` unless
+    /// the whole object's checksum is `expected` (algorithm, base64).
+    fn complete_upload_checked(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+        expected: Option<(crate::ChecksumAlgorithm, String)>,
     ) -> Result<ObjectMeta>;
 }
 
@@ -166,6 +192,14 @@ impl ObjectBackend for Store {
     ) -> Result<ObjectMeta> {
         Store::copy_object(self, src_bucket, src_key, dst_bucket, dst_key, opts)
     }
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<ObjectMeta> {
+        Store::set_object_tags(self, bucket, key, tags)
+    }
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
         Store::list_objects(self, bucket, query)
     }
@@ -218,14 +252,15 @@ impl ObjectBackend for Store {
     fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         Store::abort_upload(self, bucket, key, upload_id)
     }
-    fn complete_upload(
+    fn complete_upload_checked(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
         listed: &[CompletedPart],
         condition: WriteCondition,
+        expected: Option<(crate::ChecksumAlgorithm, String)>,
     ) -> Result<ObjectMeta> {
-        Store::complete_upload(self, bucket, key, upload_id, listed, condition)
+        Store::complete_upload_checked(self, bucket, key, upload_id, listed, condition, expected)
     }
 }

@@ -58,6 +58,11 @@ CREATE TABLE IF NOT EXISTS receipts (
     meaning BLOB NOT NULL, outcome TEXT NOT NULL, object TEXT,
     created_ns INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_blobs (id INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS completed_uploads (
+    id TEXT PRIMARY KEY, bucket INTEGER NOT NULL, key BLOB NOT NULL, parts TEXT NOT NULL,
+    size INTEGER NOT NULL, etag TEXT NOT NULL, modified_ns INTEGER NOT NULL,
+    generation BLOB NOT NULL, props TEXT NOT NULL, completed_ns INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS completed_uploads_by_time ON completed_uploads (completed_ns);
 COMMIT;
 ";
 

@@ -19,6 +19,7 @@
 mod backend;
 mod blobs;
 mod checksum;
+mod completed;
 mod db;
 mod error;
 mod guarded;

@@ -24,6 +24,10 @@ pub struct ObjectProps {
     pub cache_control: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<String>,
+    /// Object tags (S3 tagging: at most 10; keys up to 128 and values up
+    /// to 256 characters).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// Size and checksum of one part of a multipart object.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::blobs::BlobId;
 use crate::checksum::{self, Checksum, ChecksumAlgorithm, ChecksumType};
+use crate::completed;
 use crate::error::{Result, StoreError};
 use crate::model::*;
 use crate::record::{self, Extent, Record, StoredProps};
@@ -351,6 +352,21 @@ impl Store {
         listed: &[CompletedPart],
         condition: WriteCondition,
     ) -> Result<ObjectMeta> {
+        self.complete_upload_checked(bucket, key, upload_id, listed, condition, None)
+    }
+
+    /// [`Store::complete_upload`], refused with `BadDigest` (nothing
+    /// committed) unless the whole object's checksum is `expected`
+    /// (algorithm and base64 value; a composite's `-N` suffix optional).
+    pub fn complete_upload_checked(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+        expected: Option<(ChecksumAlgorithm, String)>,
+    ) -> Result<ObjectMeta> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
@@ -369,13 +385,32 @@ impl Store {
         }
         // A full-object checksum needs the bytes: compute it outside the
         // write lock, then require the same part blobs inside it.
-        let full = self.full_object_checksum(bucket, key, upload_id, listed)?;
+        let full = match self.full_object_checksum(bucket, key, upload_id, listed) {
+            Err(StoreError::NoSuchUpload { .. }) => {
+                // Completed already? A retry answers as the completion did.
+                let replayed = self.inner.db.read(|conn| {
+                    let b = record::bucket_id(conn, bucket)?;
+                    completed::replay(conn, b, bucket, key, upload_id, listed)
+                })?;
+                return replayed.ok_or_else(|| StoreError::NoSuchUpload {
+                    upload_id: upload_id.to_string(),
+                });
+            }
+            r => r?,
+        };
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
         let listed = listed.to_vec();
         let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
-            let up = load_upload(conn, b, &key, &upload_id)?;
+            let up = match load_upload(conn, b, &key, &upload_id) {
+                // A concurrent completion (or a retry) got here first.
+                Err(StoreError::NoSuchUpload { upload_id }) => {
+                    return completed::replay(conn, b, &bucket, &key, &upload_id, &listed)?
+                        .ok_or(StoreError::NoSuchUpload { upload_id })
+                }
+                r => r?,
+            };
             let parts = load_parts(conn, &upload_id)?;
             let mut chosen: Vec<&PartRow> = Vec::with_capacity(listed.len());
             for want in &listed {
@@ -450,6 +485,29 @@ impl Store {
                 }
                 _ => None,
             };
+            if let Some((alg, want)) = &expected {
+                let digest = |v: &str| v.trim().split('-').next().unwrap_or_default().to_string();
+                match &checksum {
+                    Some(c) if c.algorithm == *alg && digest(&c.value) == digest(want) => {}
+                    Some(c) if c.algorithm == *alg => {
+                        return Err(StoreError::BadDigest {
+                            reason: format!(
+                                "the object's {} checksum is {}, not {want}",
+                                alg.as_str(),
+                                c.value
+                            ),
+                        })
+                    }
+                    _ => {
+                        return Err(StoreError::BadDigest {
+                            reason: format!(
+                                "the upload was not created with the {} checksum",
+                                alg.as_str()
+                            ),
+                        })
+                    }
+                }
+            }
             let size: u64 = chosen.iter().map(|p| p.size).sum();
             let rec = Record {
                 size,
@@ -499,6 +557,7 @@ impl Store {
             conn.execute("DELETE FROM parts WHERE upload = ?1", [&upload_id])?;
             conn.execute("DELETE FROM uploads WHERE id = ?1", [&upload_id])?;
             record::store_record(conn, b, &key, &rec)?;
+            completed::remember(conn, b, &key, &upload_id, &listed, &rec)?;
             if let Some(old) = old {
                 record::release(conn, fx, &old.extents)?;
             }
@@ -558,6 +617,25 @@ impl Store {
             checksum::b64(raw),
         )))
     }
+}
+
+/// Aborts every in-progress upload of bucket `bucket` (its deletion) and
+/// forgets its completed ones.
+pub(crate) fn drop_bucket_uploads(
+    conn: &Connection,
+    fx: &mut crate::db::Effects,
+    quota: &record::Quota,
+    bucket: i64,
+) -> Result<()> {
+    let ids: Vec<String> = conn
+        .prepare_cached("SELECT id FROM uploads WHERE bucket = ?1")?
+        .query_map([bucket], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for id in ids {
+        let parts = load_parts(conn, &id)?;
+        drop_upload(conn, fx, quota, &id, &parts)?;
+    }
+    completed::forget_bucket(conn, bucket)
 }
 
 fn drop_upload(

@@ -225,21 +225,25 @@ impl Store {
         })
     }
 
-    /// Deletes an empty bucket (no objects, no in-flight uploads).
+    /// Deletes a bucket that holds no objects; its in-progress multipart
+    /// uploads are aborted with it.
     pub fn delete_bucket(&self, name: &str) -> Result<()> {
         validate::bucket_name(name)?;
         let name = name.to_string();
-        self.inner.db.write(move |conn, _| {
+        let quota = self.inner.quota();
+        self.inner.db.write(move |conn, fx| {
             let id = record::bucket_id(conn, &name)?;
             let busy: bool = conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)
-                     OR EXISTS (SELECT 1 FROM uploads WHERE bucket = ?1)",
+                "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)",
                 [id],
                 |r| r.get(0),
             )?;
             if busy {
                 return Err(StoreError::BucketNotEmpty { bucket: name });
             }
+            // In-progress uploads do not keep a bucket alive (as on AWS):
+            // they are aborted, their parts freed, in this transaction.
+            crate::multipart::drop_bucket_uploads(conn, fx, &quota, id)?;
             conn.execute("DELETE FROM buckets WHERE id = ?1", [id])?;
             Ok(())
         })
@@ -500,11 +504,22 @@ impl Store {
                     .ok_or(StoreError::InvalidRange { size: rec.size })?,
                 (None, Some(n)) => {
                     let n = validate::part_number(i64::from(n))? as usize;
-                    if n > rec.extents.len() {
-                        return Err(StoreError::InvalidRange { size: rec.size });
+                    // A simple object is one part, whatever its storage.
+                    let sizes: Vec<u64> = if rec.props.parts.is_empty() {
+                        vec![rec.size]
+                    } else {
+                        rec.props.parts.iter().map(|p| p.size).collect()
+                    };
+                    if n > sizes.len() {
+                        return Err(StoreError::InvalidPart {
+                            reason: format!(
+                                "part {n} requested; the object has {} part(s)",
+                                sizes.len()
+                            ),
+                        });
                     }
-                    let start: u64 = rec.extents[..n - 1].iter().map(|e| e.size).sum();
-                    (start, rec.extents[n - 1].size)
+                    let start: u64 = sizes[..n - 1].iter().sum();
+                    (start, sizes[n - 1])
                 }
                 (None, None) => (0, rec.size),
             };
@@ -539,6 +554,29 @@ impl Store {
 
     /// Copies an object without copying its bytes: the new record shares the
     /// source's blobs.
+    /// Replaces an object's tags, leaving its bytes, ETag, time and other
+    /// properties as they are (S3's PutObjectTagging/DeleteObjectTagging).
+    pub fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<ObjectMeta> {
+        validate::bucket_name(bucket)?;
+        validate::object_key(key)?;
+        validate::check_tags(&tags)?;
+        let (bucket, key) = (bucket.to_string(), key.to_string());
+        self.inner.db.write(move |conn, _| {
+            let b = record::bucket_id(conn, &bucket)?;
+            let mut rec =
+                record::load_record(conn, b, &key)?.ok_or_else(|| no_such_key(&bucket, &key))?;
+            rec.props.props.tags = tags;
+            // Same extents, same blobs: no reference or usage changes.
+            record::store_record(conn, b, &key, &rec)?;
+            Ok(rec.meta(&bucket, &key))
+        })
+    }
+
     pub fn copy_object(
         &self,
         src_bucket: &str,

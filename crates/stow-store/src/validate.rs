@@ -91,6 +91,34 @@ fn property_value(name: &str, value: &str, limit: usize) -> Result<()> {
     Ok(())
 }
 
+/// Most tags an object carries (S3's limit).
+pub const MAX_TAGS: usize = 10;
+
+/// Checks object tags as S3 bounds them: at most 10; keys of 1 to 128
+/// characters, values of at most 256, no control characters.
+pub fn check_tags(tags: &std::collections::BTreeMap<String, String>) -> Result<()> {
+    let bad = |reason: String| Err(StoreError::InvalidArgument { reason });
+    if tags.len() > MAX_TAGS {
+        return bad(format!(
+            "{} tags; an object carries at most {MAX_TAGS}",
+            tags.len()
+        ));
+    }
+    for (k, v) in tags {
+        if k.is_empty() || k.chars().count() > 128 || k.chars().any(char::is_control) {
+            return bad(format!(
+                "tag key {k:?} must be 1 to 128 characters, no control characters"
+            ));
+        }
+        if v.chars().count() > 256 || v.chars().any(char::is_control) {
+            return bad(format!(
+                "the value of tag {k:?} must be at most 256 characters, no control characters"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Normalises and checks object properties: user-metadata keys are
 /// lower-cased HTTP tokens; the keys and values together fit in 2 KiB; no
 /// value carries control characters (they could not travel as headers).
@@ -117,6 +145,7 @@ pub fn normalize_props(mut props: ObjectProps) -> Result<ObjectProps> {
         });
     }
     props.metadata = metadata;
+    check_tags(&props.tags)?;
     for (name, value) in [
         ("content type", &props.content_type),
         ("content encoding", &props.content_encoding),

@@ -148,14 +148,36 @@ fn buckets(make: Make) {
         "bucket_not_empty"
     );
     s.delete_object("alpha", "k").unwrap();
+    // Only in-progress uploads: the bucket goes, and the uploads with it
+    // (their parts freed).
     let up = s
         .create_upload("alpha", "k", CreateUploadOptions::default())
         .unwrap();
+    s.upload_part(
+        "alpha",
+        "k",
+        &up.upload_id,
+        1,
+        &mut std::io::Cursor::new(vec![7u8; 4096]),
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(s.usage().unwrap().bytes, 4096, "parts are charged");
+    s.delete_bucket("alpha").unwrap();
+    assert_eq!(s.usage().unwrap().bytes, 0, "and freed with the bucket");
+    assert!(s.verify().unwrap().is_empty());
+    s.create_bucket("alpha").unwrap();
+    assert!(s
+        .list_uploads("alpha", "", None, None, 1000)
+        .unwrap()
+        .uploads
+        .is_empty());
     assert_eq!(
-        s.delete_bucket("alpha").unwrap_err().code(),
-        "bucket_not_empty"
+        s.abort_upload("alpha", "k", &up.upload_id)
+            .unwrap_err()
+            .code(),
+        "no_such_upload"
     );
-    s.abort_upload("alpha", "k", &up.upload_id).unwrap();
     s.delete_bucket("alpha").unwrap();
     assert_eq!(
         s.delete_bucket("alpha").unwrap_err().code(),
@@ -1208,20 +1230,64 @@ fn multipart(make: Make) {
     assert_eq!(part2.body.into_vec().unwrap(), p2);
     assert_eq!(
         s.get_object_part("bk1", "big", 3).unwrap_err().code(),
-        "invalid_range"
+        "invalid_part"
     );
-    // The upload is gone.
+    // A simple object is one part, inline or in a blob file.
+    put(s, "bk1", "small", b"tiny");
+    let whole = s.get_object_part("bk1", "small", 1).unwrap();
+    assert_eq!(whole.body.into_vec().unwrap(), b"tiny");
+    assert_eq!(
+        s.get_object_part("bk1", "small", 2).unwrap_err().code(),
+        "invalid_part"
+    );
+    // The upload is gone, but its completion is remembered: a retry of the
+    // same completion (a lost reply) answers as the first did and changes
+    // nothing; another part list finds no upload.
+    let listed = [
+        CompletedPart {
+            part_number: 1,
+            etag: i1.etag.clone(),
+        },
+        CompletedPart {
+            part_number: 2,
+            etag: i2.etag.clone(),
+        },
+    ];
+    let usage_before = s.usage().unwrap();
+    let again = s
+        .complete_upload("bk1", "big", &up.upload_id, &listed, WriteCondition::Always)
+        .unwrap();
+    assert_eq!(
+        (again.etag.as_str(), again.size),
+        (meta.etag.as_str(), meta.size)
+    );
+    assert_eq!(
+        again.version, meta.version,
+        "the same object, not a new one"
+    );
+    assert_eq!(get(s, "bk1", "big"), all);
+    assert_eq!(
+        s.usage().unwrap(),
+        usage_before,
+        "the retry changed nothing"
+    );
     let e = s.complete_upload(
         "bk1",
         "big",
         &up.upload_id,
-        &[CompletedPart {
-            part_number: 1,
-            etag: i1.etag,
-        }],
+        &listed[..1],
         WriteCondition::Always,
     );
-    assert_eq!(e.unwrap_err().code(), "no_such_upload");
+    assert_eq!(e.unwrap_err().code(), "no_such_upload", "another part list");
+    let e = s.complete_upload(
+        "bk1",
+        "other",
+        &up.upload_id,
+        &listed,
+        WriteCondition::Always,
+    );
+    assert_eq!(e.unwrap_err().code(), "no_such_upload", "another key");
+    assert!(s.verify().unwrap().is_empty());
     assert!(s
         .list_uploads("bk1", "", None, None, 100)
         .unwrap()

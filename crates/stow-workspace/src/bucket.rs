@@ -996,7 +996,15 @@ impl ObjectBackend for WorkspaceBucket {
                 } else {
                     meta.parts.iter().map(|p| p.size).collect()
                 };
-                if n > sizes.len() || sizes.iter().sum::<u64>() != meta.size {
+                if n > sizes.len() {
+                    return Err(StoreError::InvalidPart {
+                        reason: format!(
+                            "part {n} requested; the object has {} part(s)",
+                            sizes.len()
+                        ),
+                    });
+                }
+                if sizes.iter().sum::<u64>() != meta.size {
                     return Err(StoreError::InvalidRange { size: meta.size });
                 }
                 let offset: u64 = sizes[..n - 1].iter().sum();
@@ -1127,27 +1135,33 @@ impl ObjectBackend for WorkspaceBucket {
         self.store.abort_upload(bucket, key, upload_id)
     }
 
-    fn complete_upload(
+    fn complete_upload_checked(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
         listed: &[CompletedPart],
         condition: WriteCondition,
+        expected: Option<(stow_store::ChecksumAlgorithm, String)>,
     ) -> StoreResult<ObjectMeta> {
         if !self.writes_file(bucket, key)? {
             return self
                 .store
-                .complete_upload(bucket, key, upload_id, listed, condition);
+                .complete_upload_checked(bucket, key, upload_id, listed, condition, expected);
         }
         let _w = self.lock_writes();
         let current = self.current(key)?;
         condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
         // The store joins the parts (no bytes copied); the joined object is
         // then streamed into the file and the store's copy dropped.
-        let done =
-            self.store
-                .complete_upload(bucket, key, upload_id, listed, WriteCondition::Always)?;
+        let done = self.store.complete_upload_checked(
+            bucket,
+            key,
+            upload_id,
+            listed,
+            WriteCondition::Always,
+            expected,
+        )?;
         let mut joined = self.store.get_object(bucket, key, None)?.body;
         let received = self.store.receive(&mut joined, PutOptions::default())?;
         let props = FileProps {

@@ -1,7 +1,7 @@
 //! Bucket operations: create, head, location, list, delete.
 
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::convert::*;
 use super::{blocking, StowS3};
@@ -11,6 +11,7 @@ pub(super) async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     svc.writable()?;
+    super::acl::check_canned(req.input.acl.as_ref().map(|a| a.as_str()))?;
     let store = svc.store.clone();
     let bucket = req.input.bucket.clone();
     blocking(move || store.create_bucket(&bucket)).await?;
@@ -46,16 +47,48 @@ pub(super) async fn get_bucket_location(
     }))
 }
 
+/// Most buckets one ListBuckets page holds (AWS's bound).
+const MAX_BUCKETS_PAGE: usize = 10_000;
+
 pub(super) async fn list_buckets(
     svc: &StowS3,
-    _req: S3Request<ListBucketsInput>,
+    req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
+    let input = req.input;
+    let limit = match input.max_buckets {
+        None => MAX_BUCKETS_PAGE,
+        Some(n) if (1..=MAX_BUCKETS_PAGE as i32).contains(&n) => n as usize,
+        Some(_) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-buckets must be from 1 to 10000"
+            ))
+        }
+    };
+    let after = input
+        .continuation_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(decode_token)
+        .transpose()?;
+    let prefix = input.prefix.clone().unwrap_or_default();
     let store = svc.store.clone();
-    let buckets = blocking(move || store.list_buckets()).await?;
+    let mut buckets = blocking(move || store.list_buckets()).await?;
+    buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut page: Vec<_> = buckets
+        .into_iter()
+        .filter(|b| b.name.starts_with(&prefix))
+        .filter(|b| after.as_deref().is_none_or(|a| b.name.as_str() > a))
+        .take(limit + 1)
+        .collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let continuation_token = more
+        .then(|| page.last().map(|b| encode_token(&b.name)))
+        .flatten();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(
-            buckets
-                .into_iter()
+            page.into_iter()
                 .map(|b| Bucket {
                     name: Some(b.name),
                     creation_date: Some(timestamp(b.created_ns)),
@@ -67,7 +100,8 @@ pub(super) async fn list_buckets(
             display_name: Some("stow".into()),
             id: Some("stow".into()),
         }),
-        ..Default::default()
+        continuation_token,
+        prefix: input.prefix,
     }))
 }
 

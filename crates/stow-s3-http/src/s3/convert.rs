@@ -127,12 +127,18 @@ pub(super) fn trailing(
 /// Content-Encoding without the transport-only `aws-chunked`.
 pub(super) fn stored_encoding(enc: Option<String>) -> Option<String> {
     let enc = enc?;
+    let chunked = |t: &str| t.trim().eq_ignore_ascii_case("aws-chunked");
+    if !enc.split(',').any(chunked) {
+        // Byte for byte, as the client sent it.
+        return Some(enc).filter(|e| !e.trim().is_empty());
+    }
+    // Only the transport-only token goes; the rest keeps its spelling.
     let kept: Vec<&str> = enc
         .split(',')
+        .filter(|t| !chunked(t) && !t.trim().is_empty())
         .map(str::trim)
-        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
         .collect();
-    (!kept.is_empty()).then(|| kept.join(","))
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 pub(super) fn metadata_in(m: Option<Metadata>) -> BTreeMap<String, String> {
@@ -315,6 +321,7 @@ macro_rules! props_of {
             content_language: $input.content_language,
             cache_control: $input.cache_control,
             expires: $input.expires.as_ref().map(format_http_date).transpose()?,
+            tags: super::tagging::tags_of_header($input.tagging.as_deref())?,
         }
     };
 }
@@ -358,10 +365,28 @@ pub(super) fn checksum_enabled(mode: &Option<ChecksumMode>) -> bool {
 }
 
 /// Maps a read-condition verdict to S3's answer (304 or 412).
-pub(super) fn read_condition(check: store::ConditionCheck) -> S3Result<()> {
+/// A read's condition outcome; a 304 carries the object's `ETag` and
+/// `Last-Modified`, as HTTP requires (caches and SDKs read them).
+pub(super) fn read_condition(
+    check: store::ConditionCheck,
+    meta: &store::ObjectMeta,
+) -> S3Result<()> {
     match check {
         store::ConditionCheck::Pass => Ok(()),
-        store::ConditionCheck::NotModified => Err(s3_error!(NotModified)),
+        store::ConditionCheck::NotModified => {
+            let mut e = s3_error!(NotModified);
+            let mut headers = http::HeaderMap::new();
+            let etag = format!("\"{}\"", meta.etag.trim_matches('"'));
+            if let Ok(v) = http::HeaderValue::from_str(&etag) {
+                headers.insert(http::header::ETAG, v);
+            }
+            let modified = format_http_date(&timestamp(meta.last_modified_ns))?;
+            if let Ok(v) = http::HeaderValue::from_str(&modified) {
+                headers.insert(http::header::LAST_MODIFIED, v);
+            }
+            e.set_headers(headers);
+            Err(e)
+        }
         store::ConditionCheck::PreconditionFailed => Err(s3_error!(
             PreconditionFailed,
             "At least one of the pre-conditions you specified did not hold"
@@ -426,6 +451,14 @@ mod tests {
         assert_eq!(
             stored_encoding(Some("gzip".into())).as_deref(),
             Some("gzip")
+        );
+        assert_eq!(
+            stored_encoding(Some("deflate, gzip".into())).as_deref(),
+            Some("deflate, gzip")
+        );
+        assert_eq!(
+            stored_encoding(Some("deflate,gzip".into())).as_deref(),
+            Some("deflate,gzip")
         );
     }
 

@@ -36,7 +36,8 @@ pub(super) async fn list_objects(
         max_keys: Some(max as i32),
         is_truncated: Some(page.is_truncated),
         next_marker,
-        delimiter: input.delimiter.map(enc),
+        // An empty delimiter is no delimiter, and is not echoed.
+        delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
         contents: Some(contents(page.objects, url)),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
@@ -75,7 +76,8 @@ pub(super) async fn list_objects_v2(
         next_continuation_token: page.next_marker.as_deref().map(encode_token),
         is_truncated: Some(page.is_truncated),
         start_after: input.start_after.map(enc),
-        delimiter: input.delimiter.map(enc),
+        // An empty delimiter is no delimiter, and is not echoed.
+        delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
         contents: Some(contents(page.objects, url)),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
@@ -117,7 +119,8 @@ pub(super) async fn list_object_versions(
         is_truncated: Some(truncated),
         next_key_marker: page.next_marker.clone().filter(|_| truncated).map(enc),
         next_version_id_marker: truncated.then(|| "null".to_string()),
-        delimiter: input.delimiter.map(enc),
+        // An empty delimiter is no delimiter, and is not echoed.
+        delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
         versions: Some(
             page.objects

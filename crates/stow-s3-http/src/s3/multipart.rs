@@ -16,6 +16,7 @@ pub(super) async fn create_multipart_upload(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     svc.writable()?;
     let input = req.input;
+    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let alg = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let kind = match input
         .checksum_type
@@ -132,7 +133,14 @@ pub(super) async fn upload_part_copy(
     let number = i64::from(input.part_number);
     let info = tokio::task::spawn_blocking(move || {
         let read = match store.get_object(&src_bucket, &src_key, range) {
-            Err(StoreError::InvalidRange { size }) => return Err(invalid_range(size)),
+            // A copy range outside the source is the request's fault (400),
+            // not an unsatisfiable read (416).
+            Err(StoreError::InvalidRange { size }) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "Range specified is not valid for source object of size: {size}"
+                ))
+            }
             r => r.map_err(to_s3)?,
         };
         if conditions.check(&read.meta) != store::ConditionCheck::Pass {
@@ -188,10 +196,22 @@ pub(super) async fn complete_multipart_upload(
             })
         })
         .collect::<S3Result<Vec<_>>>()?;
+    // A whole-object checksum the client sent must be the object's.
+    let expected = [
+        (Alg::Crc32, input.checksum_crc32.clone()),
+        (Alg::Crc32c, input.checksum_crc32c.clone()),
+        (Alg::Crc64nvme, input.checksum_crc64nvme.clone()),
+        (Alg::Sha1, input.checksum_sha1.clone()),
+        (Alg::Sha256, input.checksum_sha256.clone()),
+    ]
+    .into_iter()
+    .find_map(|(alg, v)| v.map(|v| (alg, v)));
     let store = svc.store.clone();
     let (bucket, key, upload) = (input.bucket.clone(), input.key.clone(), input.upload_id);
-    let meta: ObjectMeta =
-        blocking(move || store.complete_upload(&bucket, &key, &upload, &parts, condition)).await?;
+    let meta: ObjectMeta = blocking(move || {
+        store.complete_upload_checked(&bucket, &key, &upload, &parts, condition, expected)
+    })
+    .await?;
     let c = ChecksumFields::of(meta.checksum.as_ref());
     Ok(S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),

@@ -43,7 +43,7 @@ pub(super) async fn get_object(
             Err(StoreError::InvalidRange { size }) => return Err(invalid_range(size)),
             r => r.map_err(to_s3)?,
         };
-        read_condition(conditions.check(&read.meta))?;
+        read_condition(conditions.check(&read.meta), &read.meta)?;
         Ok(read)
     };
     let read = match svc.store.as_store() {
@@ -95,6 +95,7 @@ pub(super) async fn get_object(
         content_length: Some(len as i64),
         content_range: content_range.clone(),
         parts_count: part.and(parts_count),
+        tag_count: (!meta.props.tags.is_empty()).then_some(meta.props.tags.len() as i32),
         ..object_output!(GetObjectOutput, meta, c)
     });
     if content_range.is_some() {
@@ -119,7 +120,7 @@ pub(super) async fn head_object(
     let meta = svc
         .point_read(move |store| store.head_object(&bucket, &key))
         .await?;
-    read_condition(conditions.check(&meta))?;
+    read_condition(conditions.check(&meta), &meta)?;
     let (length, content_range, parts_count) = match input.part_number {
         Some(n) if n >= 1 && (n as usize) <= meta.parts.len().max(1) => {
             let sizes: Vec<u64> = if meta.parts.is_empty() {
@@ -137,7 +138,13 @@ pub(super) async fn head_object(
             );
             (len, Some(range), Some(sizes.len() as i32))
         }
-        Some(_) => return Err(invalid_range(meta.size)),
+        Some(n) => {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {n} requested; the object has {} part(s)",
+                meta.parts.len().max(1)
+            ))
+        }
         None => (meta.size, None, None),
     };
     let c = if checksum_enabled(&input.checksum_mode) {
@@ -179,7 +186,15 @@ pub(super) async fn get_object_attributes(
     let meta = svc
         .point_read(move |store| store.head_object(&bucket, &key))
         .await?;
-    let c = ChecksumFields::of(meta.checksum.as_ref());
+    // GetObjectAttributes names a composite checksum without its `-N`
+    // part count (AWS does; GET/HEAD keep the suffix).
+    let bare = meta.checksum.clone().map(|mut c| {
+        if let Some((digest, _)) = c.value.split_once('-') {
+            c.value = digest.to_string();
+        }
+        c
+    });
+    let c = ChecksumFields::of(bare.as_ref());
     let checksum = (want("checksum") && meta.checksum.is_some()).then_some(Checksum {
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,

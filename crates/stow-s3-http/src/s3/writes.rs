@@ -18,6 +18,7 @@ pub(super) async fn put_object(
     let trailer = trailer_alg(&req.headers);
     let trailing_checksums = trailing(req.trailing_headers.clone());
     let input = req.input;
+    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let opts = store::PutOptions {
@@ -138,6 +139,7 @@ pub(super) async fn copy_object(
     svc.writable()?;
     let condition = header_condition(&req.headers)?;
     let input = req.input;
+    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let (src_bucket, src_key) = copy_source(&input.copy_source)?;
     let replace = match input
         .metadata_directive
@@ -149,14 +151,41 @@ pub(super) async fn copy_object(
         Some(d) if d == "REPLACE" => true,
         Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive")),
     };
-    if !replace && src_bucket == input.bucket && src_key == input.key {
+    let replace_tags = match input
+        .tagging_directive
+        .as_ref()
+        .map(|d| d.as_str().to_ascii_uppercase())
+    {
+        None => false,
+        Some(d) if d == "COPY" => false,
+        Some(d) if d == "REPLACE" => true,
+        Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive")),
+    };
+    if !replace && !replace_tags && src_bucket == input.bucket && src_key == input.key {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
-    let replace_props = if replace {
-        Some(props_of!(input))
+    let replace_props = if replace || replace_tags {
+        // What one directive does not replace comes from the source.
+        let source = {
+            let (b, k) = (src_bucket.clone(), src_key.clone());
+            svc.point_read(move |store| store.head_object(&b, &k))
+                .await?
+        };
+        let tags = if replace_tags {
+            super::tagging::tags_of_header(input.tagging.as_deref())?
+        } else {
+            source.props.tags.clone()
+        };
+        let mut props = if replace {
+            props_of!(input)
+        } else {
+            source.props
+        };
+        props.tags = tags;
+        Some(props)
     } else {
         None
     };
