@@ -25,6 +25,7 @@ The table goes to stdout, progress to stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import platform
@@ -277,6 +278,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 repetitions instead of 15")
     parser.add_argument("--reps", type=int, help="repetitions (overrides --quick)")
+    parser.add_argument("--backend", choices=["filesystem", "memory"], default="filesystem",
+                        help="open_session(backend=...): the durable default, or in memory")
     args = parser.parse_args()
     reps = args.reps or (5 if args.quick else 15)
     binary = os.environ["STOW_BIN"]
@@ -307,7 +310,7 @@ def main() -> int:
     make_client(boto3, Config, "http://127.0.0.1:9", "x", "y", REGION).close()
     cold["first boto3.client('s3') in the process (loads botocore's models)"] = ms(time.perf_counter() - t)
 
-    sides = Sides(boto3, Config, open_session, ThreadedMotoServer)
+    sides = Sides(boto3, Config, functools.partial(open_session, backend=args.backend), ThreadedMotoServer)
     first_ours = sides.first_put("ours")
     first_moto = sides.first_put("moto")
     cold["first open_session → first PUT in the process"] = first_ours["total"]

@@ -192,3 +192,18 @@ def test_s3_client_ignores_the_callers_aws_environment(
             bucket = session.new_bucket_name()
             s3.create_bucket(Bucket=bucket)
             assert [x["Name"] for x in s3.list_buckets()["Buckets"]] == [bucket]
+
+
+def test_memory_backend_sessions() -> None:
+    """backend="memory": nothing is fsynced (the fastest throwaway endpoint),
+    the readiness record says so, and S3 works the same."""
+    pytest.importorskip("boto3")
+    with stow_s3.with_session(backend="memory") as session:
+        assert session.backend == "memory"
+        s3 = session.s3_client()
+        bucket = session.new_bucket_name()
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"v"
+    with pytest.raises(ValueError):
+        stow_s3.open_session(backend="tape")

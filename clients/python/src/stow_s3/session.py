@@ -219,6 +219,7 @@ class Session:
     secret_access_key = secret_key
     region = property(lambda self: self.ready.region)
     capabilities = property(lambda self: self.ready.capabilities)
+    backend = property(lambda self: self.ready.backend)
 
     @property
     def pid(self) -> int:
@@ -283,13 +284,18 @@ def open_session(
     max_objects: int | None = None,
     region: str | None = None,
     timeout: float = DEFAULT_READY_TIMEOUT,
+    backend: str = "filesystem",
 ) -> Session:
     """Start a private server: ``serve --port 0 --ready-fd FD --parent-pid <this process>``.
 
     Filesystem backend in ``data_dir`` (kept) or a new temp dir ``stow-session-*``
     (removed on close); generated keys; the child's environment has no ``AWS_*``,
     ``S3_*`` or ``STOW_*`` variable. The server exits by itself if this process dies.
+    ``backend="memory"`` keeps everything in the server's memory (nothing is
+    fsynced: the fastest throwaway endpoint; the temp dir still holds its logs).
     """
+    if backend not in ("filesystem", "memory"):
+        raise ValueError(f"backend must be 'filesystem' or 'memory', not {backend!r}")
     binary = resolve_stow_binary()
     owns = data_dir is None
     directory = tempfile.mkdtemp(prefix="stow-session-") if owns else os.fspath(data_dir)  # type: ignore[arg-type]
@@ -300,7 +306,7 @@ def open_session(
     command = [
         binary, "serve",
         "--host", "127.0.0.1", "--port", "0",
-        "--backend", "filesystem", "--data-dir", directory,
+        "--backend", backend, "--data-dir", directory,
         f"--access-key={access}", f"--secret-key={secret}",
         "--ready-fd", str(write_fd), "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
@@ -355,9 +361,12 @@ def with_session(
     max_objects: int | None = None,
     region: str | None = None,
     timeout: float = DEFAULT_READY_TIMEOUT,
+    backend: str = "filesystem",
 ) -> Iterator[Session]:
     """``with with_session() as s:`` — a session that is always closed; the body's exception propagates."""
-    session = open_session(data_dir, max_bytes=max_bytes, max_objects=max_objects, region=region, timeout=timeout)
+    session = open_session(
+        data_dir, max_bytes=max_bytes, max_objects=max_objects, region=region, timeout=timeout, backend=backend
+    )
     try:
         yield session
     except BaseException:
