@@ -41,6 +41,18 @@ pub(super) fn check_canned(acl: Option<&str>) -> S3Result<()> {
     }
 }
 
+/// Whether a Put*Acl input names any grant header (both inputs name them
+/// alike).
+macro_rules! grant_headers {
+    ($input:expr) => {
+        $input.grant_full_control.is_some()
+            || $input.grant_read.is_some()
+            || $input.grant_read_acp.is_some()
+            || $input.grant_write.is_some()
+            || $input.grant_write_acp.is_some()
+    };
+}
+
 /// Refuses explicit grants and policies (only the owner's FULL_CONTROL,
 /// which every object has, is accepted).
 fn check_grants(any_grant_header: bool, policy: Option<&AccessControlPolicy>) -> S3Result<()> {
@@ -99,12 +111,7 @@ pub(super) async fn put_bucket_acl(
     svc.writable()?;
     let input = req.input;
     check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    let any_grant = input.grant_full_control.is_some()
-        || input.grant_read.is_some()
-        || input.grant_read_acp.is_some()
-        || input.grant_write.is_some()
-        || input.grant_write_acp.is_some();
-    check_grants(any_grant, input.access_control_policy.as_ref())?;
+    check_grants(grant_headers!(input), input.access_control_policy.as_ref())?;
     let bucket = input.bucket;
     svc.point_read(move |store| store.head_bucket(&bucket))
         .await?;
@@ -118,12 +125,7 @@ pub(super) async fn put_object_acl(
     svc.writable()?;
     let input = req.input;
     check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    let any_grant = input.grant_full_control.is_some()
-        || input.grant_read.is_some()
-        || input.grant_read_acp.is_some()
-        || input.grant_write.is_some()
-        || input.grant_write_acp.is_some();
-    check_grants(any_grant, input.access_control_policy.as_ref())?;
+    check_grants(grant_headers!(input), input.access_control_policy.as_ref())?;
     let (bucket, key) = (input.bucket, input.key);
     svc.point_read(move |store| store.head_object(&bucket, &key))
         .await?;
