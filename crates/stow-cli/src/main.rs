@@ -85,6 +85,13 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
     }
 }
 
+/// Writes a diagnostic line to stderr. A stderr that cannot take it (a log
+/// file on a full disk) must not crash the command: `eprintln!` panics.
+pub fn diagnose(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with nanoseconds.
 pub fn rfc3339_ns(ns: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
@@ -123,6 +130,9 @@ fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A failed log write is dropped: reporting it would `eprintln!`,
+        // which panics when stderr itself is full.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STOW_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -144,7 +154,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("stow-s3: {} ({})", err.message, err.code);
+            diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
             print_json(&serde_json::json!({ "error": err }));
             ExitCode::from(1)
         }

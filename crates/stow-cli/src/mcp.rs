@@ -213,7 +213,7 @@ impl McpArgs {
 }
 
 fn refuse(r: Refusal) -> ! {
-    eprintln!("stow-s3 mcp: {}", r.message);
+    crate::diagnose(format_args!("stow-s3 mcp: {}", r.message));
     std::process::exit(if r.usage { 2 } else { 1 })
 }
 

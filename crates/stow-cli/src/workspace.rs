@@ -347,7 +347,7 @@ fn keyed(registry: &Registry, req: KeyedRequest) -> Result<serde_json::Value, Cl
     match &env.error {
         None => json(env),
         Some(err) => {
-            eprintln!("stow-s3: {} ({})", err.message, err.code);
+            crate::diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
             crate::print_json(&json(&env)?);
             std::process::exit(1);
         }

@@ -291,6 +291,8 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
         E::RetentionFull { .. } => (Code::RetentionFull, Outcome::NotCommitted),
         E::QuotaExceeded { .. } => (Code::QuotaExceeded, Outcome::NotCommitted),
         E::NoSuchBucket { .. } => (Code::Unavailable, Outcome::NotCommitted),
+        // A full disk refuses before or inside the commit, never after it.
+        _ if e.is_no_space() => (Code::Unavailable, Outcome::NotCommitted),
         _ => (Code::Unavailable, Outcome::Unknown),
     };
     // Messages of these variants carry no host paths; the rest are logged
@@ -308,6 +310,7 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
         | E::RetentionFull { .. }
         | E::QuotaExceeded { .. } => e.to_string(),
         E::NoSuchBucket { .. } => "the configured bucket does not exist".to_string(),
+        _ if e.is_no_space() => "the disk is full; nothing was saved".to_string(),
         other => {
             tracing::warn!(code = other.code(), "object store failure: {other}");
             "the object store could not complete the operation".to_string()

@@ -36,6 +36,17 @@ pub fn to_s3(e: StoreError) -> S3Error {
             err.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
             return err;
         }
+        _ if e.is_no_space() => {
+            // The disk, not a quota of ours: nothing was stored, and the
+            // same request succeeds once space is freed.
+            tracing::warn!("refused a write: {e}");
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("InsufficientStorage".into()),
+                "the server's disk is full; nothing was stored",
+            );
+            err.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
+            return err;
+        }
         E::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
             // Raised by the request body itself (a failed trailer or
             // signature check while streaming): the client's fault.

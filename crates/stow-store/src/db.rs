@@ -184,7 +184,13 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 fn commit_error(e: &StoreError) -> StoreError {
-    StoreError::Io(std::io::Error::other(format!("commit failed: {e}")))
+    // A full disk stays recognisable (`no_space`) through the batch.
+    let kind = if e.is_no_space() {
+        std::io::ErrorKind::StorageFull
+    } else {
+        std::io::ErrorKind::Other
+    };
+    StoreError::Io(std::io::Error::new(kind, format!("commit failed: {e}")))
 }
 
 impl Db {

@@ -113,11 +113,52 @@ impl StoreError {
             EntityTooSmall { .. } => "entity_too_small",
             InvalidPartNumber(_) => "invalid_part_number",
             Corrupt(_) => "corrupt",
+            _ if self.is_no_space() => "no_space",
             Io(_) => "io",
             Db(_) => "io",
         }
     }
+
+    /// Whether the disk (or the user's quota on it) is full: `ENOSPC` or
+    /// `EDQUOT` from a file write, `SQLITE_FULL` from the database. Nothing
+    /// was committed; the same request succeeds once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Io(e) => io_is_no_space(e),
+            StoreError::Db(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::DiskFull
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether an I/O error means the disk or the quota is full.
+pub fn io_is_no_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Shorthand for results of store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_has_one_code() {
+        let full = StoreError::Io(std::io::Error::from_raw_os_error(28)); // ENOSPC
+        assert_eq!(full.code(), "no_space");
+        let quota = StoreError::Io(std::io::Error::from_raw_os_error(122)); // EDQUOT
+        assert_eq!(quota.code(), "no_space");
+        let db = StoreError::Db(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        ));
+        assert_eq!(db.code(), "no_space");
+        assert_eq!(StoreError::Io(std::io::Error::other("x")).code(), "io");
+    }
+}

@@ -33,7 +33,7 @@ pub mod validate;
 
 pub use backend::ObjectBackend;
 pub use checksum::{decode_content_md5, Checksum, ChecksumAlgorithm, ChecksumType};
-pub use error::{Result, StoreError};
+pub use error::{io_is_no_space, Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use list::page_of_sorted;
 pub use model::*;

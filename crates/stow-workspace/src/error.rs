@@ -132,6 +132,7 @@ impl WsError {
             WsError::Cancelled(_) => "cancelled",
             WsError::Remote(e) => e.code(),
             WsError::CorruptRemote(_) => "corrupt_remote",
+            WsError::Io { source, .. } if stow_store::io_is_no_space(source) => "no_space",
             WsError::Io { .. } => "io_failure",
         }
     }
@@ -163,3 +164,16 @@ impl WsError {
 
 /// Result of workspace operations.
 pub type Result<T, E = WsError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_has_one_code() {
+        let e = WsError::io("write blob", std::io::Error::from_raw_os_error(28));
+        assert_eq!(e.code(), "no_space");
+        let e = WsError::io("write blob", std::io::Error::from_raw_os_error(5));
+        assert_eq!(e.code(), "io_failure");
+    }
+}

@@ -176,6 +176,9 @@ fn from_error(e: WsError, phase: &'static str) -> KeyedEnvelope {
         WsError::Corrupt(_) => ("corrupt_checkpoint", "resolve", "unknown"),
         WsError::Cancelled(_) => ("cancelled", "copy", "not_committed"),
         WsError::RequestConflict => ("request_conflict", "resolve", "unknown"),
+        WsError::Io { source, .. } if stow_store::io_is_no_space(source) => {
+            ("no_space", phase, "not_committed")
+        }
         WsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
             ("permission_denied", phase, "not_committed")
         }
