@@ -40,11 +40,15 @@ enum Command {
     /// and pulling checkpoints.
     #[command(subcommand)]
     Remote(remote::RemoteCommand),
-    /// Check an object store's consistency (usage, references, blob files).
+    /// Check an object store's consistency (usage, references, blob files)
+    /// and every object's bytes against its ETag.
     Check {
         /// The store's data directory.
         #[arg(long, visible_alias = "object-dir", default_value = ".stow")]
         data_dir: PathBuf,
+        /// Skip reading the objects' bytes (bookkeeping only).
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -105,9 +109,12 @@ fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Workspace(cmd) => workspace::run(cmd),
         Command::Remote(cmd) => remote::run(cmd),
-        Command::Check { data_dir } => {
+        Command::Check { data_dir, quick } => {
             let store = stow_store::Store::open_existing(&data_dir, Default::default())?;
-            let problems = store.verify()?;
+            let mut problems = store.verify()?;
+            if !quick {
+                problems.extend(store.verify_contents()?);
+            }
             let usage = store.usage()?;
             let consistent = problems.is_empty();
             let out = serde_json::json!({
