@@ -462,6 +462,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                         include_sensitive,
                         portable,
                         no_ignore,
+                        monitor: None,
                     },
                 );
             }

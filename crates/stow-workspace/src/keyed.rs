@@ -90,6 +90,9 @@ pub struct KeyedRequest<'a> {
     pub portable: bool,
     /// Capture what `.stowignore` would keep out, too.
     pub no_ignore: bool,
+    /// A long-lived server's watch over the workspace (see
+    /// [`checkpoint::TreeMonitor`]).
+    pub monitor: Option<&'a checkpoint::TreeMonitor>,
 }
 
 /// The checkpoint ID and full request digest a key derives.
@@ -324,12 +327,30 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         // The deadline holds until the checkpoint is published: a capture
         // past it stops and reports `cancelled`, never half-done.
         deadline: Some(started + req.timeout),
+        monitor: req.monitor,
         ..CaptureOptions::default()
     };
     match capture_locked(registry, &rec, &id, &opts, Some(receipt)) {
-        Ok(_) => match checkpoint::load_manifest(registry, &id) {
-            Ok(m) => committed(&m, false),
-            Err(e) => fail("outcome_unknown", "commit", "unknown", e.to_string()),
+        // The capture's own result describes what it published: reading
+        // the manifest back would cost a walk of the whole tree.
+        Ok(r) => KeyedEnvelope {
+            version: 1,
+            result: KeyedResult {
+                checkpoint: Some(KeyedCheckpoint {
+                    version: if req.portable { 2 } else { 1 },
+                    id: r.checkpoint_id,
+                    workspace_id: r.workspace_id,
+                    parent_id: r.parent_checkpoint_id,
+                    created: r.created,
+                    files: r.files,
+                    bytes: r.bytes,
+                    excluded: r.excluded_sensitive_paths,
+                    objects: r.objects,
+                }),
+                replayed: false,
+                outcome: "committed",
+            },
+            error: None,
         },
         Err(e) => from_error(e, "capture"),
     }

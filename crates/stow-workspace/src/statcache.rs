@@ -9,9 +9,14 @@
 //! ```text
 //! magic (16 bytes) | SHA-256 of the body (32) | body
 //! body: scan_start_ns i64 | count u64 | count × entry
+//!       | node_count u64 | node_count × sha256 (32)
 //! entry: path_len u32 | path | size u64 | mode u32 | mtime_ns i64 |
 //!        ctime_ns i64 | ino u64 | sha256 (32 raw bytes)
 //! ```
+//!
+//! The nodes are the tree nodes (see `checkpoint::tree`) the last capture
+//! named: they are in the blob store, so the next capture need not look.
+//! A cache of the first version (magic ending `\x01`) has no node list.
 //!
 //! Integers are little-endian; entries are in path order. The file is
 //! written without fsync (temp + rename): after a crash it may be old, new,
@@ -25,7 +30,31 @@ use sha2::{Digest, Sha256};
 
 use crate::fsutil::random_hex;
 
-const MAGIC: &[u8; 16] = b"stow-statcache\x00\x01";
+const MAGIC: &[u8; 16] = b"stow-statcache\x00\x02";
+/// The first version, without the node list: still read.
+const MAGIC_V1: &[u8; 16] = b"stow-statcache\x00\x01";
+
+/// Identifies one written version of a cache file: a rename installs a
+/// new inode, so a rewrite by anyone (or a removal) changes the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` now (`None`: no such file).
+    pub(crate) fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::symlink_metadata(path).ok()?;
+        Some(FileStamp {
+            ino: m.ino(),
+            size: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        })
+    }
+}
 
 /// One cached file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +76,8 @@ pub(crate) struct StatCache {
     pub scan_start_ns: i64,
     /// Sorted by path (byte order), unique.
     pub entries: Vec<CacheEntry>,
+    /// Tree nodes known to be in the blob store.
+    pub nodes: Vec<[u8; 32]>,
 }
 
 impl StatCache {
@@ -60,20 +91,21 @@ impl StatCache {
     }
 
     /// Writes bytes from [`StatCache::encode`] to `path` (temp file in the
-    /// same directory, then rename). Failures are ignored: the cache is
-    /// only an optimisation.
-    pub fn write_encoded(path: &Path, bytes: &[u8]) {
-        let Some(dir) = path.parent() else { return };
-        if crate::fsutil::create_private_dir(dir).is_err() {
-            return;
-        }
+    /// same directory, then rename) and returns the written file's stamp.
+    /// Failures are ignored: the cache is only an optimisation.
+    pub fn write_encoded(path: &Path, bytes: &[u8]) -> Option<FileStamp> {
+        let dir = path.parent()?;
+        crate::fsutil::create_private_dir(dir).ok()?;
         let tmp = dir.join(format!(".tmp-{}", random_hex(8)));
-        if fs::write(&tmp, bytes)
-            .and_then(|()| fs::rename(&tmp, path))
-            .is_err()
-        {
+        let written = fs::write(&tmp, bytes).ok().and_then(|()| {
+            let stamp = FileStamp::of(&tmp)?;
+            fs::rename(&tmp, path).ok()?;
+            Some(stamp)
+        });
+        if written.is_none() {
             let _ = fs::remove_file(&tmp);
         }
+        written
     }
 
     /// The file bytes of this cache.
@@ -91,6 +123,10 @@ impl StatCache {
             body.extend_from_slice(&e.ino.to_le_bytes());
             body.extend_from_slice(&e.sha256);
         }
+        body.extend_from_slice(&(self.nodes.len() as u64).to_le_bytes());
+        for n in &self.nodes {
+            body.extend_from_slice(n);
+        }
         let mut out = Vec::with_capacity(MAGIC.len() + 32 + body.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&Sha256::digest(&body));
@@ -101,7 +137,10 @@ impl StatCache {
     /// Decodes file bytes; `None` unless the magic, digest and every entry
     /// check out and the entries are strictly sorted by path.
     pub fn decode(bytes: &[u8]) -> Option<StatCache> {
-        let rest = bytes.strip_prefix(MAGIC.as_slice())?;
+        let (rest, with_nodes) = match bytes.strip_prefix(MAGIC.as_slice()) {
+            Some(rest) => (rest, true),
+            None => (bytes.strip_prefix(MAGIC_V1.as_slice())?, false),
+        };
         let (digest, body) = split(rest, 32)?;
         if Sha256::digest(body).as_slice() != digest {
             return None;
@@ -132,12 +171,24 @@ impl StatCache {
                 sha256: r.array()?,
             });
         }
+        let mut nodes = Vec::new();
+        if with_nodes {
+            let n = usize::try_from(u64::from_le_bytes(r.array()?)).ok()?;
+            if n > r.0.len() / 32 {
+                return None;
+            }
+            nodes.reserve(n);
+            for _ in 0..n {
+                nodes.push(r.array()?);
+            }
+        }
         if !r.0.is_empty() {
             return None;
         }
         Some(StatCache {
             scan_start_ns,
             entries,
+            nodes,
         })
     }
 }
@@ -208,6 +259,7 @@ mod tests {
                     sha256: [0xab; 32],
                 },
             ],
+            nodes: vec![[1; 32], [2; 32]],
         }
     }
 
@@ -217,6 +269,19 @@ mod tests {
         assert_eq!(StatCache::decode(&c.encode()), Some(c));
         let empty = StatCache::default();
         assert_eq!(StatCache::decode(&empty.encode()), Some(empty));
+    }
+
+    #[test]
+    fn a_first_version_cache_reads_without_nodes() {
+        let mut c = sample();
+        let bytes = c.encode();
+        // The v1 body is the v2 body without the node list.
+        let body = &bytes[48..bytes.len() - 8 - 64];
+        let mut v1 = MAGIC_V1.to_vec();
+        v1.extend_from_slice(&Sha256::digest(body));
+        v1.extend_from_slice(body);
+        c.nodes.clear();
+        assert_eq!(StatCache::decode(&v1), Some(c));
     }
 
     #[test]

@@ -16,13 +16,52 @@
 //!   mtime only when a clean page is first dirtied, so a re-scan misses
 //!   most of them too).
 
-/// Why an event makes the tree "changed", or that it does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Unchanged,
-    Changed,
-    /// The watch could not cover the tree: scan it again instead.
+/// What changed since the watches were added (or last drained).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Changes {
+    /// Slash paths (from the root) of the captured names that changed: a
+    /// file, a link, or a directory created, removed, moved or (its own
+    /// event, `""` for the root) lost. Everything beneath a listed
+    /// directory may have changed too.
+    Paths(std::collections::BTreeSet<String>),
+    /// The events do not cover the tree (a watch missing, the queue
+    /// overflowed, an unreadable event): nothing can be vouched for.
     Unknown,
+}
+
+impl Changes {
+    /// Whether `path` (a captured file or directory) is untouched: neither
+    /// it nor a directory above it is listed.
+    #[cfg(test)]
+    pub(crate) fn untouched(&self, path: &str) -> bool {
+        match self {
+            Changes::Paths(set) => Changes::untouched_in(set, path),
+            Changes::Unknown => false,
+        }
+    }
+
+    /// [`Changes::untouched`] for the listed paths `set`.
+    pub(crate) fn untouched_in(set: &std::collections::BTreeSet<String>, path: &str) -> bool {
+        if set.is_empty() {
+            return true;
+        }
+        if set.contains("") || set.contains(path) {
+            return false;
+        }
+        let mut p = path;
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            if set.contains(parent) {
+                return false;
+            }
+            p = parent;
+        }
+        true
+    }
+
+    /// No captured name changed.
+    pub(crate) fn none(&self) -> bool {
+        matches!(self, Changes::Paths(set) if set.is_empty())
+    }
 }
 
 /// A name in a watched directory that the captured tree does not contain:
@@ -70,7 +109,7 @@ mod imp {
 
     use ignore::gitignore::Gitignore;
 
-    use super::{ignored, Verdict};
+    use super::{ignored, Changes};
 
     /// Events that change what a capture would record. Opens, reads and
     /// closes (the capture's own) are not asked for.
@@ -127,11 +166,32 @@ mod imp {
             dirs.insert(wd, (rel.to_string(), depth));
         }
 
-        /// Whether anything captured changed since the watches were added.
-        /// `sens`: sensitive files are captured (so their edits count).
-        pub(crate) fn verdict(&self, sens: bool, rules: Option<&Gitignore>) -> Verdict {
+        /// Every captured name that changed since the watches were added
+        /// (or the last drain). Drains the queue.
+        pub(crate) fn changes(&self, sens: bool, rules: Option<&Gitignore>) -> Changes {
+            let mut paths = std::collections::BTreeSet::new();
+            if self.drain(sens, rules, &mut |p| {
+                paths.insert(p);
+                true
+            }) {
+                Changes::Paths(paths)
+            } else {
+                Changes::Unknown
+            }
+        }
+
+        /// Reads queued events, passing the path of each captured change to
+        /// `sink` until it returns false. Returns whether the events cover
+        /// the tree (false: a watch is missing, the queue overflowed or
+        /// could not be read).
+        fn drain(
+            &self,
+            sens: bool,
+            rules: Option<&Gitignore>,
+            sink: &mut dyn FnMut(String) -> bool,
+        ) -> bool {
             if self.incomplete.load(Ordering::Relaxed) {
-                return Verdict::Unknown;
+                return false;
             }
             let dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
             // inotify_event is 16 bytes plus a name; align for the header reads.
@@ -148,28 +208,47 @@ mod imp {
                 if n < 0 {
                     let e = std::io::Error::last_os_error();
                     match e.kind() {
-                        std::io::ErrorKind::WouldBlock => return Verdict::Unchanged,
+                        std::io::ErrorKind::WouldBlock => return true,
                         std::io::ErrorKind::Interrupted => continue,
-                        _ => return Verdict::Unknown,
+                        _ => {
+                            self.incomplete.store(true, Ordering::Relaxed);
+                            return false;
+                        }
                     }
                 }
                 // SAFETY: `n` bytes were written into the buffer.
                 let bytes =
                     unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
-                if changed_in(bytes, &dirs, sens, rules) {
-                    return Verdict::Changed;
+                match changes_in(bytes, &dirs, sens, rules, sink) {
+                    Batch::More => {}
+                    Batch::Enough => return true,
+                    Batch::Uncovered => {
+                        self.incomplete.store(true, Ordering::Relaxed);
+                        return false;
+                    }
                 }
             }
         }
     }
 
-    /// Whether a batch of raw events holds one that changes the tree.
-    fn changed_in(
+    /// How reading one batch of events ended.
+    enum Batch {
+        /// Every event was read.
+        More,
+        /// The sink asked to stop.
+        Enough,
+        /// An event the watch cannot account for.
+        Uncovered,
+    }
+
+    /// Passes each captured change in a batch of raw events to `sink`.
+    fn changes_in(
         mut bytes: &[u8],
         dirs: &HashMap<i32, (String, usize)>,
         sens: bool,
         rules: Option<&Gitignore>,
-    ) -> bool {
+        sink: &mut dyn FnMut(String) -> bool,
+    ) -> Batch {
         const HEADER: usize = 16;
         while bytes.len() >= HEADER {
             let word =
@@ -178,45 +257,56 @@ mod imp {
             let mask = word(4);
             let len = word(12) as usize;
             let Some(raw_name) = bytes.get(HEADER..HEADER + len) else {
-                return true;
+                return Batch::Uncovered;
             };
             bytes = &bytes[HEADER + len..];
             if mask & libc::IN_Q_OVERFLOW != 0 {
-                return true;
+                return Batch::Uncovered;
+            }
+            if mask & libc::IN_IGNORED != 0 {
+                // The watch went away with its directory; the directory's
+                // removal or move arrives (or arrived) as its own event.
+                continue;
             }
             let Some((rel, depth)) = dirs.get(&wd) else {
-                return true;
+                return Batch::Uncovered;
             };
             let name_len = raw_name
                 .iter()
                 .position(|&b| b == 0)
                 .unwrap_or(raw_name.len());
-            if name_len == 0 {
+            let path = if name_len == 0 {
                 // The watched directory itself: its mode is not captured,
-                // but its removal or move (or a lost watch) is a change.
-                if mask & !(libc::IN_ATTRIB | libc::IN_ISDIR) != 0 {
-                    return true;
+                // but its removal or move is a change.
+                if mask & !(libc::IN_ATTRIB | libc::IN_ISDIR) == 0 {
+                    continue;
                 }
-                continue;
-            }
-            let name = String::from_utf8_lossy(&raw_name[..name_len]);
-            let content_only = mask & !(libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_ISDIR) == 0;
-            let is_dir = mask & libc::IN_ISDIR != 0;
-            // A path `.stowignore` keeps out is not captured: its changes
-            // are none of the capture's business.
-            let path = if rel.is_empty() {
-                name.to_string()
+                rel.clone()
             } else {
-                format!("{rel}/{name}")
+                let name = String::from_utf8_lossy(&raw_name[..name_len]);
+                let content_only =
+                    mask & !(libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_ISDIR) == 0;
+                let is_dir = mask & libc::IN_ISDIR != 0;
+                let path = if rel.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{rel}/{name}")
+                };
+                // A path `.stowignore` keeps out is not captured: its changes
+                // are none of the capture's business.
+                if rules.is_some_and(|r| crate::ignorefile::is_ignored(r, &path, is_dir)) {
+                    continue;
+                }
+                if ignored(*depth, rel, &name, is_dir, content_only, sens) {
+                    continue;
+                }
+                path
             };
-            if rules.is_some_and(|r| crate::ignorefile::is_ignored(r, &path, is_dir)) {
-                continue;
-            }
-            if !ignored(*depth, rel, &name, is_dir, content_only, sens) {
-                return true;
+            if !sink(path) {
+                return Batch::Enough;
             }
         }
-        false
+        Batch::More
     }
 }
 
@@ -226,7 +316,7 @@ mod imp {
 
     use ignore::gitignore::Gitignore;
 
-    use super::Verdict;
+    use super::Changes;
 
     /// No watch on this system: captures scan the tree again.
     pub(crate) struct TreeWatch;
@@ -238,8 +328,8 @@ mod imp {
 
         pub(crate) fn add(&self, _dir: &Path, _rel: &str, _depth: usize) {}
 
-        pub(crate) fn verdict(&self, _sens: bool, _rules: Option<&Gitignore>) -> Verdict {
-            Verdict::Unknown
+        pub(crate) fn changes(&self, _sens: bool, _rules: Option<&Gitignore>) -> Changes {
+            Changes::Unknown
         }
     }
 }
@@ -252,7 +342,24 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
-    use super::{TreeWatch, Verdict};
+    use super::{Changes, TreeWatch};
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Verdict {
+        Unchanged,
+        Changed,
+        Unknown,
+    }
+
+    impl TreeWatch {
+        fn verdict(&self, sens: bool, rules: Option<&ignore::gitignore::Gitignore>) -> Verdict {
+            match self.changes(sens, rules) {
+                Changes::Paths(p) if p.is_empty() => Verdict::Unchanged,
+                Changes::Paths(_) => Verdict::Changed,
+                Changes::Unknown => Verdict::Unknown,
+            }
+        }
+    }
 
     /// A tree with a root file, a subdirectory, a sensitive file and the
     /// excluded `.git` and `.stow`, watched the way a scan watches it.
@@ -368,6 +475,31 @@ mod tests {
         let edit = |r: &Path| fs::write(r.join(".env"), "SECRET=2").unwrap();
         assert_eq!(verdict_after(edit, false), Verdict::Unchanged);
         assert_eq!(verdict_after(edit, true), Verdict::Changed);
+    }
+
+    #[test]
+    fn changes_name_the_paths_and_what_lies_beneath_them() {
+        let (t, w) = watched();
+        let r = t.path();
+        fs::write(r.join("sub/b.txt"), "v2").unwrap();
+        fs::write(r.join("new.txt"), "n").unwrap();
+        let Changes::Paths(paths) = w.changes(false, None) else {
+            panic!("the watch covers the tree");
+        };
+        assert_eq!(
+            paths.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["new.txt", "sub/b.txt"]
+        );
+        let c = Changes::Paths(paths);
+        assert!(!c.untouched("sub/b.txt") && !c.untouched("new.txt"));
+        assert!(c.untouched("a.txt") && c.untouched("sub/other"));
+        // A drained queue holds nothing more.
+        assert!(w.changes(false, None).none());
+        // A removed directory touches everything beneath it.
+        fs::remove_dir_all(r.join("sub")).unwrap();
+        let c = w.changes(false, None);
+        assert!(!c.untouched("sub/b.txt") && c.untouched("a.txt"), "{c:?}");
+        assert!(!Changes::Unknown.untouched("a.txt"));
     }
 
     #[test]

@@ -350,13 +350,19 @@ fn leftover_stages(reg: &Registry) -> usize {
     })
 }
 
+/// Payload blobs in the store (tree nodes, which start with their magic,
+/// are not counted).
 fn blob_count(reg: &Registry) -> usize {
     let mut n = 0;
     for sub in fs::read_dir(reg.dir().join(".stow/blobs"))
         .unwrap()
         .flatten()
     {
-        n += fs::read_dir(sub.path()).unwrap().count();
+        n += fs::read_dir(sub.path())
+            .unwrap()
+            .flatten()
+            .filter(|b| !fs::read(b.path()).unwrap().starts_with(b"stow-node\0"))
+            .count();
     }
     n
 }
@@ -384,6 +390,7 @@ fn delete_and_gc() {
         "refused"
     );
     let d = checkpoint::delete(&w.reg, &c2.checkpoint_id).unwrap();
+    // The payload only c2 named (c2's root tree node goes too, uncounted).
     assert_eq!((d.freed_blobs, d.freed_bytes), (1, 10));
     assert_eq!(blob_count(&w.reg), 2);
     checkpoint::verify(&w.reg, &c1.checkpoint_id).unwrap();
@@ -585,4 +592,121 @@ fn capture_and_restore_report_progress_up_to_the_total() {
     assert_eq!(updates.len(), 2);
     assert!(updates.iter().all(|(p, _, t)| p == "restore" && *t == 10));
     assert_eq!(updates.iter().map(|u| u.1).max(), Some(10));
+}
+
+/// Records the total of the last capture progress report: the bytes the
+/// capture had to read (files the stat cache could not vouch for).
+struct CopyTotal(std::sync::Mutex<Option<u64>>);
+
+impl stow_workspace::progress::Progress for CopyTotal {
+    fn update(&self, phase: &str, _done: u64, total: u64) {
+        if phase == "capture" {
+            *self.0.lock().unwrap() = Some(total);
+        }
+    }
+}
+
+#[test]
+fn a_refused_capture_keeps_its_progress() {
+    let w = setup("");
+    let root = w.ws.root.clone();
+    // A fresh workspace of 40 files, 1,000 bytes each, besides the two seeds.
+    fs::create_dir_all(root.join("many")).unwrap();
+    for i in 0..40 {
+        fs::write(
+            root.join(format!("many/f{i:02}")),
+            vec![b'a' + i as u8; 1000],
+        )
+        .unwrap();
+    }
+    let log = root.join("many/f39");
+    let seen = CopyTotal(std::sync::Mutex::new(None));
+    // Two kinds of refusal: a file that grows while the capture copies
+    // (seen by the copy, or by the watch afterwards) and one that changes
+    // after everything was copied.
+    let grow = || {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"+").unwrap();
+    };
+    let first_report = std::sync::Once::new();
+    struct GrowOnce<'a>(&'a std::sync::Once, &'a (dyn Fn() + Sync), &'a CopyTotal);
+    impl stow_workspace::progress::Progress for GrowOnce<'_> {
+        fn update(&self, phase: &str, done: u64, total: u64) {
+            self.0.call_once(self.1);
+            self.2.update(phase, done, total);
+        }
+    }
+    let during = GrowOnce(&first_report, &grow, &seen);
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            progress: Some(&during),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "workspace_changed");
+    assert_eq!(seen.0.lock().unwrap().take(), Some(40 * 1000 + 10));
+    assert_eq!(checkpoint::summaries(&w.reg).unwrap().len(), 0);
+    assert_eq!(leftover_stages(&w.reg), 0);
+    // Every file but the one that grew is a complete blob already.
+    assert!(blob_count(&w.reg) >= 41, "{}", blob_count(&w.reg));
+
+    // The retry reads only the file that changed; then a change after the
+    // copy is refused, and the next retry again reads only that file.
+    let err = capture_with_change_seen(&w, &grow, &seen);
+    assert_eq!(err.code(), "workspace_changed");
+    assert_eq!(seen.0.lock().unwrap().take(), Some(1001));
+    let again = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            progress: Some(&seen),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(seen.0.lock().unwrap().take(), Some(1002));
+    assert_eq!(again.files, 42);
+    // What the kept progress produced is the tree as it is now.
+    let r = restore(
+        &w.reg,
+        &again.checkpoint_id,
+        &w.dir.join("back"),
+        RestoreLimits::default(),
+    )
+    .unwrap();
+    for i in 0..39 {
+        let name = format!("many/f{i:02}");
+        assert_eq!(
+            fs::read(r.root.join(&name)).unwrap(),
+            vec![b'a' + i as u8; 1000]
+        );
+    }
+    assert_eq!(fs::read(r.root.join("many/f39")).unwrap().len(), 1002);
+    // GC removes what no checkpoint names: here, the grown file's
+    // intermediate versions.
+    let before = blob_count(&w.reg);
+    checkpoint::gc(&w.reg).unwrap();
+    assert!(blob_count(&w.reg) < before);
+    checkpoint::verify(&w.reg, &again.checkpoint_id).unwrap();
+}
+
+fn capture_with_change_seen(
+    w: &Ws,
+    change: &(dyn Fn() + Sync),
+    seen: &CopyTotal,
+) -> stow_workspace::WsError {
+    checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            after_copy: Some(change),
+            progress: Some(seen),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
 }

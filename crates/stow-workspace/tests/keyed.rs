@@ -20,6 +20,7 @@ fn req<'a>(ws: &'a str, key: &'a str) -> KeyedRequest<'a> {
         include_sensitive: false,
         portable: false,
         no_ignore: false,
+        monitor: None,
     }
 }
 

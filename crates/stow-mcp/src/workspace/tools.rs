@@ -2,15 +2,15 @@
 //! JSON-RPC: scope, limit narrowing, paging, and the mapping of engine
 //! results onto the envelope. Storage decisions are the engine's.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use stow_workspace::checkpoint::{self, CheckpointManifest};
+use stow_workspace::checkpoint::{self, CheckpointManifest, TreeMonitor};
 use stow_workspace::handoff::AdoptOptions;
 use stow_workspace::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
 use stow_workspace::{archive::ArchiveLimits, bundle, WsError};
@@ -74,6 +74,9 @@ pub struct AdoptArgs {
 pub struct WorkspaceCore {
     settings: WorkspaceSettings,
     adopted: Mutex<HashSet<String>>,
+    /// A watch kept over each workspace this server captured, so the next
+    /// capture reads only what changed.
+    monitors: Mutex<HashMap<String, Arc<TreeMonitor>>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -87,6 +90,7 @@ impl WorkspaceCore {
         WorkspaceCore {
             settings,
             adopted: Mutex::new(HashSet::new()),
+            monitors: Mutex::new(HashMap::new()),
         }
     }
 
@@ -158,7 +162,12 @@ impl WorkspaceCore {
                 return WsEnvelope::refused("not_committed", "invalid_request", "validate", m)
             }
         };
+        let monitor = {
+            let mut all = self.monitors.lock().unwrap_or_else(|e| e.into_inner());
+            all.entry(a.workspace_id.clone()).or_default().clone()
+        };
         let req = KeyedRequest {
+            monitor: Some(&monitor),
             workspace_id: &a.workspace_id,
             request_key: &a.request_key,
             resolve,

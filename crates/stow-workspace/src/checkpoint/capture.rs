@@ -6,23 +6,29 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::blobs::{
-    blob_ok, discard, discard_pairs, stage_bytes, stage_reader, Payload, StageError,
+    blob_ok, discard, discard_pairs, stage_bytes, stage_known, stage_reader, Payload, StageError,
 };
 use super::format::{
-    check_belongs, summaries, CheckpointResult, FilesView, Ignored, ManifestView, ObjectEntry,
+    check_belongs, summaries, CheckpointResult, FileProps, Ignored, ManifestView, ObjectEntry,
     Summary,
 };
+use super::monitor::{node_unchanged, CaptureKey, Kept, TreeMonitor};
 use super::objects::{snapshot_objects, ObjectSnapshot};
 use super::publish;
-use super::scan::{scan, tree_unchanged, Scanned};
+use super::scan::Scan;
+use super::scan::{scan, tree_changes, Scanned};
+use super::tree;
 use super::{cache_path, now_ns, state};
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, hex, now_rfc3339, random_hex, FileLock};
 use crate::paths::check_checkpoint_id;
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::{min_bound, Registry};
+use crate::statcache::FileStamp;
 use crate::statcache::{unhex32, CacheEntry, StatCache};
-use crate::watch::TreeWatch;
+use crate::watch::{Changes, TreeWatch};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 
 /// Options of a capture.
 #[derive(Default)]
@@ -44,6 +50,9 @@ pub struct CaptureOptions<'a> {
     pub deadline: Option<std::time::Instant>,
     /// Receives bytes copied so far.
     pub progress: Option<&'a dyn Progress>,
+    /// A long-lived server's watch over this workspace: captures then read
+    /// only what changed since the last one (see `monitor`).
+    pub monitor: Option<&'a TreeMonitor>,
     /// Test hook run after payloads are copied and before the re-scan.
     #[doc(hidden)]
     pub after_copy: Option<&'a (dyn Fn() + Sync)>,
@@ -62,7 +71,7 @@ impl CaptureOptions<'_> {
 
 /// Cached digests for a sorted scan: both lists are in path order, so one
 /// merge pass matches them without building a map.
-pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<String>> {
+pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<[u8; 32]>> {
     let mut entries = cache.entries.iter().peekable();
     files
         .iter()
@@ -74,16 +83,23 @@ pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option
                 && c.mtime_ns == f.mtime_ns
                 && c.ctime_ns == f.ctime_ns
                 && c.ino == f.ino;
-            (same && f.mtime_ns < cache.scan_start_ns).then(|| hex(&c.sha256))
+            (same && f.mtime_ns < cache.scan_start_ns).then_some(c.sha256)
         })
         .collect()
 }
 
-/// One payload to produce: a file whose digest is unknown (hash + store) or
-/// known from the cache (verify the blob exists).
-pub(super) struct Work<'a> {
-    pub(super) file: &'a Scanned,
-    pub(super) cached: Option<String>,
+/// The payloads of a capture's files: every file's digest (scan order;
+/// `None` where it was not produced) and the new blobs staged for them.
+#[derive(Default)]
+pub(super) struct Produced {
+    pub(super) digests: Vec<Option<[u8; 32]>>,
+    pub(super) staged: Vec<(Payload, u64)>,
+}
+
+impl Produced {
+    fn discard(&self) {
+        discard_pairs(&self.staged);
+    }
 }
 
 /// Captures workspace `ws` into a new checkpoint.
@@ -124,31 +140,180 @@ pub(crate) fn capture_locked(
     };
     let scan_start = now_ns();
     let mut clock = PhaseClock::start("capture");
-    // Every directory is watched from before it is read, so the check after
-    // copying needs no second scan (see `watch`).
-    let watch = TreeWatch::new();
-    // The stat cache and the retained checkpoints (for the retention caps)
-    // are read while the tree is scanned.
-    let (before, cache, retained) = std::thread::scope(|s| {
-        let cache = s.spawn(|| StatCache::load(&cache_path(registry, ws)));
-        let retained = s.spawn(|| summaries(registry));
-        let before = scan(
-            &rec.dir,
-            opts.include_sensitive,
-            rules.as_ref(),
-            watch.as_ref(),
-        );
-        (
-            before,
-            cache.join().unwrap_or_default(),
-            retained
-                .join()
-                .unwrap_or_else(|_| Err(WsError::InvalidRequest("capture worker panicked".into()))),
-        )
-    });
+    let cache_file = cache_path(registry, ws);
+    let key = CaptureKey {
+        include_sensitive: opts.include_sensitive,
+        no_ignore: opts.no_ignore,
+        portable: opts.portable,
+    };
+    // A monitored workspace reads only what changed since its last capture.
+    let refreshed = opts
+        .monitor
+        .and_then(|m| m.take(key))
+        .and_then(|k| k.refresh(&rec.dir, rules.as_ref(), &cache_file));
+    let (before, watch, cache, retained, reuse) = match refreshed {
+        Some(r) => {
+            tracing::debug!(changed = r.changed.len(), "capture from the monitor's scan");
+            let (cache, disk) = match r.cache {
+                Some((c, stamp)) => (c, Some(stamp)),
+                None => {
+                    let c = StatCache::load(&cache_file);
+                    (c, FileStamp::of(&cache_file))
+                }
+            };
+            let retained = summaries(registry);
+            let reuse = Reuse {
+                changed: r.changed,
+                nodes: r.nodes,
+                props: r.props,
+                disk,
+                unwritten: r.unwritten,
+            };
+            (Ok(r.scan), Some(r.watch), cache, retained, Some(reuse))
+        }
+        None => {
+            // Every directory is watched from before it is read, so the
+            // check after copying needs no second scan (see `watch`).
+            let watch = TreeWatch::new();
+            // The stat cache and the retained checkpoints (for the
+            // retention caps) are read while the tree is scanned.
+            let (before, cache, retained) = std::thread::scope(|s| {
+                let cache = s.spawn(|| StatCache::load(&cache_file));
+                let retained = s.spawn(|| summaries(registry));
+                let before = scan(
+                    &rec.dir,
+                    opts.include_sensitive,
+                    rules.as_ref(),
+                    watch.as_ref(),
+                );
+                let panicked = || WsError::InvalidRequest("capture worker panicked".into());
+                (
+                    before,
+                    cache.join().unwrap_or_default(),
+                    retained.join().unwrap_or_else(|_| Err(panicked())),
+                )
+            });
+            (before, watch, cache, retained, None)
+        }
+    };
     let before = before?;
     let retained = retained?;
     clock.lap("scan");
+    let mut after = After::default();
+    let scanned = ScannedTree {
+        rules: rules.as_ref(),
+        scan_start,
+        before: &before,
+        watch: watch.as_ref(),
+        retained,
+        reuse: reuse.as_ref(),
+    };
+    let result = capture_scanned(
+        registry, rec, id, opts, receipt, scanned, cache, &mut clock, &mut after,
+    );
+    if let (Some(monitor), Some(watch)) = (opts.monitor, watch) {
+        let keep = match (&result, after.pending) {
+            (Ok(_), _) => Some(BTreeSet::new()),
+            (Err(WsError::WorkspaceChanged(_)), Some(mut p)) => {
+                // Changes already applied to `before` are read again next
+                // time; the kept nodes are the last committed capture's.
+                if let Some(r) = &reuse {
+                    p.extend(r.changed.iter().cloned());
+                }
+                Some(p)
+            }
+            _ => None,
+        };
+        if let Some(pending) = keep {
+            let (nodes, props, unwritten) = match (after.nodes, reuse) {
+                (Some(n), _) => (n, after.props, after.unwritten),
+                (None, Some(r)) => (r.nodes, r.props, r.unwritten),
+                (None, None) => (HashMap::new(), HashMap::new(), 0),
+            };
+            monitor.keep(Kept {
+                key,
+                watch,
+                scan: before,
+                pending,
+                cache: after.cache,
+                nodes,
+                props,
+                unwritten,
+            });
+        }
+    }
+    result
+}
+
+/// A capture's scan and what came with it.
+struct ScannedTree<'a> {
+    rules: Option<&'a ignore::gitignore::Gitignore>,
+    scan_start: i64,
+    before: &'a Scan,
+    watch: Option<&'a TreeWatch>,
+    retained: Vec<Summary>,
+    /// A monitored capture: what the last committed one left.
+    reuse: Option<&'a Reuse>,
+}
+
+/// What a monitored capture may reuse from the last committed one.
+struct Reuse {
+    /// Paths changed since its nodes were built.
+    changed: BTreeSet<String>,
+    /// Its node of each directory.
+    nodes: HashMap<String, [u8; 32]>,
+    /// Its files' S3 properties (portable captures).
+    props: HashMap<String, FileProps>,
+    /// The stamp of the stat cache file on disk, when it is one this
+    /// monitor wrote or read.
+    disk: Option<FileStamp>,
+    /// Files hashed since the cache file was last written.
+    unwritten: u64,
+}
+
+/// A monitored capture rewrites the stat cache file (all of the tree's
+/// entries) only once this many files were hashed since it last did; until
+/// then the file holds an older cache, which is just as safe (any cache
+/// file names only blobs that exist: GC deletes them all before any blob)
+/// and costs a later unmonitored capture that many re-hashes.
+const UNWRITTEN_FILES: u64 = 1024;
+
+/// What a capture leaves for its monitor.
+#[derive(Default)]
+struct After {
+    /// A refusal for a change: the paths that changed (`None`: unknown).
+    pending: Option<BTreeSet<String>>,
+    /// The stat cache written, with the file's stamp.
+    cache: Option<(StatCache, FileStamp)>,
+    /// A commit: every directory's tree node.
+    nodes: Option<HashMap<String, [u8; 32]>>,
+    /// A commit: the files' S3 properties it captured.
+    props: HashMap<String, FileProps>,
+    /// Files hashed since the cache file was last written.
+    unwritten: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_scanned(
+    registry: &Registry,
+    rec: &crate::registry::Record,
+    id: &str,
+    opts: &CaptureOptions,
+    receipt: Option<Vec<u8>>,
+    scanned: ScannedTree,
+    cache: StatCache,
+    clock: &mut PhaseClock,
+    after: &mut After,
+) -> Result<CheckpointResult> {
+    let ws = rec.id.as_str();
+    let ScannedTree {
+        rules,
+        scan_start,
+        before,
+        watch,
+        retained,
+        reuse,
+    } = scanned;
     // Portable captures compare the bucket's objects before and after too.
     let snapshot = || {
         opts.portable
@@ -196,49 +361,127 @@ pub(crate) fn capture_locked(
     }
     admit(registry, ws, RetentionCaps::of(rec), bytes, &retained)?;
 
-    let work: Vec<Work> = before
-        .files
-        .iter()
-        .zip(cached_digests(&cache, &before.files))
-        .map(|(file, cached)| Work { file, cached })
-        .collect();
-    drop(cache);
+    let digests = cached_digests(&cache, &before.files);
+    // Tree nodes the last capture named are in the blob store (the cache
+    // is dropped whenever GC deletes blobs).
+    let old_nodes = cache.nodes;
+    let known_nodes: std::collections::HashSet<[u8; 32]> = old_nodes.iter().copied().collect();
     let tmp = state(registry).join("tmp");
     create_private_dir(&tmp)?;
     clock.lap("admit");
-    let produced = produce_all(registry, &rec.dir, &tmp, &work, opts)?;
+    let produced = produce_all(registry, &rec.dir, &tmp, &before.files, digests, opts);
     clock.lap("copy");
+    // A refusal keeps its progress: what was verified and made durable
+    // stays as unreferenced blobs, with stat-cache entries for the files
+    // that did not change, so a retry costs what changed. (With no watch
+    // to vouch for them, the old cache stays.)
+    let save_progress = |digests: &[Option<[u8; 32]>], changes: Changes, after: &mut After| {
+        let Changes::Paths(paths) = changes else {
+            return;
+        };
+        let kept = StatCache {
+            scan_start_ns: scan_start,
+            entries: cache_entries(&before.files, digests, |f| {
+                Changes::untouched_in(&paths, &f.path)
+            }),
+            nodes: old_nodes.clone(),
+        };
+        after.cache = StatCache::write_encoded(&cache_path(registry, ws), &kept.encode())
+            .map(|stamp| (kept, stamp));
+        after.pending = Some(paths);
+    };
+    let produced = match produced {
+        Ok(p) => p,
+        Err((partial, e)) => {
+            let staged: Vec<(&Payload, u64)> =
+                partial.staged.iter().map(|(p, n)| (p, *n)).collect();
+            if !matches!(e, WsError::WorkspaceChanged(_))
+                || publish::keep_blobs(registry, &staged).is_err()
+            {
+                partial.discard();
+                return Err(e);
+            }
+            let changes = watch.map_or(Changes::Unknown, |w| {
+                w.changes(opts.include_sensitive, rules)
+            });
+            save_progress(&partial.digests, changes, after);
+            return Err(e);
+        }
+    };
+    let digests: Vec<[u8; 32]> = produced.digests.iter().flatten().copied().collect();
     let mut object_payloads: Vec<(Payload, u64)> = Vec::new();
     if let Some(snap) = &objects_before {
         for o in &snap.objects {
             match stage_bytes(registry, &tmp, &o.body) {
                 Ok(p) => object_payloads.push((p, o.size)),
                 Err(e) => {
-                    discard(&produced);
+                    produced.discard();
                     discard_pairs(&object_payloads);
                     return Err(e);
                 }
             }
         }
     }
+    // The tree's nodes; the ones the blob store lacks are staged as blobs.
+    let mut node_payloads: Vec<(Payload, u64)> = Vec::new();
+    // A monitored capture reuses the node of every directory nothing
+    // changed in (not for portable captures: S3 properties live outside
+    // the tree the watch sees).
+    let props_changed: BTreeSet<String> = match (reuse, &objects_before) {
+        (Some(r), Some(o)) => r
+            .props
+            .keys()
+            .chain(o.file_props.keys())
+            .filter(|k| r.props.get(*k) != o.file_props.get(*k))
+            .cloned()
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    let reusable = |dir: &str| -> Option<[u8; 32]> {
+        let r = reuse?;
+        (node_unchanged(dir, &r.changed) && node_unchanged(dir, &props_changed))
+            .then(|| r.nodes.get(dir).copied())
+            .flatten()
+    };
+    let built = tree::build(
+        before,
+        &digests,
+        objects_before.as_ref().map(|o| &o.file_props),
+        &reusable,
+    )
+    .and_then(|built| {
+        for (sha, bytes) in &built.nodes {
+            let name = hex(sha);
+            if known_nodes.contains(sha) || blob_ok(registry, &name, bytes.len() as u64) {
+                continue;
+            }
+            node_payloads.push((stage_known(&tmp, bytes, name)?, bytes.len() as u64));
+        }
+        Ok(built)
+    });
+    // Until the blobs are published, a failure deletes what was staged.
+    let abandon = |e: WsError| -> Result<CheckpointResult> {
+        produced.discard();
+        discard_pairs(&object_payloads);
+        discard_pairs(&node_payloads);
+        Err(e)
+    };
+    let built = match built {
+        Ok(b) => b,
+        Err(e) => return abandon(e),
+    };
+    let tree_root = hex(&built.root);
+    clock.lap("tree");
     if let Some(hook) = opts.after_copy {
         hook();
     }
-    // Until the blobs are published, a failure deletes what was staged.
-    let abandon = |e: WsError| -> Result<CheckpointResult> {
-        discard(&produced);
-        discard_pairs(&object_payloads);
-        Err(e)
-    };
     if let Err(e) = opts.check_deadline() {
         return abandon(e);
     }
-    let mut to_publish: Vec<(&Payload, u64)> = produced
-        .iter()
-        .zip(&work)
-        .map(|(p, w)| (p, w.file.size))
-        .collect();
+    let mut to_publish: Vec<(&Payload, u64)> =
+        produced.staged.iter().map(|(p, n)| (p, *n)).collect();
     to_publish.extend(object_payloads.iter().map(|(p, s)| (p, *s)));
+    to_publish.extend(node_payloads.iter().map(|(p, s)| (p, *s)));
     let objects_identity = objects_before.as_ref().map(ObjectSnapshot::identity);
     let mut excluded_paths = before.excluded.clone();
     if let Some(o) = &objects_before {
@@ -279,44 +522,35 @@ pub(crate) fn capture_locked(
         workspace_id: ws,
         parent_id: opts.parent.as_deref(),
         created: &created,
-        files: FilesView {
-            scanned: &before.files,
-            produced: &produced,
-            props: objects_before.as_ref().map(|o| &o.file_props),
-        },
+        tree: &tree_root,
         excluded: &excluded_paths,
         primary_bucket: objects_before.as_ref().map(|_| rec.bucket.as_str()),
         buckets: objects_before.as_ref().map_or(&[], |o| &o.buckets),
         objects: &objects,
-        dirs: &before.dirs,
-        links: &before.links,
-        skipped: &before.skipped,
         ignored: ignored_view.as_ref(),
     };
     // The stat cache is an optimisation: failing to save it is harmless.
     // Not fsynced: after a crash the cache is the old one, the new one or
     // unreadable (then ignored); each entry names a published blob.
+    let hashed = produced.staged.len() as u64;
+    let defer_write = reuse
+        .filter(|r| r.disk.is_some() && r.unwritten + hashed < UNWRITTEN_FILES)
+        .map(|r| r.unwritten + hashed);
     let encode_cache = || {
-        StatCache {
+        let mut nodes = built.dir_shas.clone();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let cache = StatCache {
             scan_start_ns: scan_start,
-            entries: before
-                .files
-                .iter()
-                .zip(&produced)
-                .filter_map(|(f, p)| {
-                    Some(CacheEntry {
-                        path: f.path.clone(),
-                        size: f.size,
-                        mode: f.mode,
-                        mtime_ns: f.mtime_ns,
-                        ctime_ns: f.ctime_ns,
-                        ino: f.ino,
-                        sha256: unhex32(&p.sha256)?,
-                    })
-                })
-                .collect(),
-        }
-        .encode()
+            entries: cache_entries(&before.files, &produced.digests, |_| true),
+            nodes,
+        };
+        let bytes = if defer_write.is_some() {
+            Vec::new()
+        } else {
+            cache.encode()
+        };
+        (cache, bytes)
     };
     // Meanwhile the staged blobs and the checkpoint's own files are written
     // and flushed, and the next stat cache is encoded. The checkpoint stays a
@@ -328,14 +562,8 @@ pub(crate) fn capture_locked(
         let pending =
             s.spawn(|| publish::prepare(registry, &to_publish, &manifest, &summary, &extra));
         let cache_bytes = s.spawn(encode_cache);
-        let check = tree_unchanged(
-            &rec.dir,
-            &before,
-            opts.include_sensitive,
-            rules.as_ref(),
-            watch.as_ref(),
-        )
-        .and_then(|same| Ok((same, snapshot()?)));
+        let check = tree_changes(&rec.dir, before, opts.include_sensitive, rules, watch)
+            .and_then(|changes| Ok((changes, snapshot()?)));
         let panicked = || WsError::InvalidRequest("capture worker panicked".into());
         (
             check,
@@ -347,38 +575,60 @@ pub(crate) fn capture_locked(
         Ok(pending) => pending,
         Err(e) => return abandon(e),
     };
-    let (tree_same, objects_after) = match check {
+    let (changes, objects_after) = match check {
         Ok(r) => r,
         Err(e) => {
             pending.discard();
             return abandon(e);
         }
     };
-    let stored_bytes = pending.stored_bytes;
+    // Payload bytes: tree nodes stand in for the manifest, which was never
+    // counted either.
+    let node_bytes: u64 = node_payloads.iter().map(|(_, n)| n).sum();
+    let stored_bytes = pending.stored_bytes.saturating_sub(node_bytes);
     clock.lap("check+flush");
     let objects_same = objects_identity == objects_after.as_ref().map(ObjectSnapshot::identity);
-    let refusal = if !tree_same || !objects_same {
-        Err(WsError::WorkspaceChanged(
+    if !changes.none() || !objects_same {
+        // The blobs are durable and named already (`prepare`).
+        pending.discard();
+        let e = WsError::WorkspaceChanged(
             "files or objects changed while the capture copied them; pause writers and retry"
                 .into(),
-        ))
-    } else {
-        opts.check_deadline()
-    };
-    if let Err(e) = refusal {
+        );
+        save_progress(&produced.digests, changes, after);
+        return Err(e);
+    }
+    if let Err(e) = opts.check_deadline() {
         pending.discard();
         return abandon(e);
     }
     // Saved only once the blob names it holds are durable (digests from the
     // cache are trusted without looking at the blob), while the checkpoint
     // is renamed into place.
+    let written: Mutex<Option<FileStamp>> = Mutex::new(None);
     let save_cache = || {
-        if let Some(bytes) = &cache_bytes {
-            StatCache::write_encoded(&cache_path(registry, ws), bytes);
+        if let Some((_, bytes)) = cache_bytes.as_ref().filter(|_| defer_write.is_none()) {
+            let stamp = StatCache::write_encoded(&cache_path(registry, ws), bytes);
+            *written.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
         }
     };
     pending.commit(registry, id, &save_cache)?;
     clock.lap("publish");
+    if opts.monitor.is_some() {
+        let stamp = match defer_write {
+            Some(_) => reuse.and_then(|r| r.disk),
+            None => written.into_inner().unwrap_or_else(|e| e.into_inner()),
+        };
+        after.unwritten = defer_write.unwrap_or(0);
+        after.cache = cache_bytes.zip(stamp).map(|((c, _), s)| (c, s));
+        let mut nodes = HashMap::with_capacity(before.dirs.len() + 1);
+        nodes.insert(String::new(), built.root);
+        for (d, sha) in before.dirs.iter().zip(built.dir_shas.iter().skip(1)) {
+            nodes.insert(d.path.clone(), *sha);
+        }
+        after.nodes = Some(nodes);
+        after.props = objects_before.map(|o| o.file_props).unwrap_or_default();
+    }
     Ok(CheckpointResult {
         version: 1,
         checkpoint_id: id.to_string(),
@@ -394,6 +644,31 @@ pub(crate) fn capture_locked(
         skipped: before.skipped.clone(),
         ignored: ignored_view,
     })
+}
+
+/// Stat-cache entries for the scanned `files` whose digest is known and
+/// that `keep` accepts.
+fn cache_entries(
+    files: &[Scanned],
+    digests: &[Option<[u8; 32]>],
+    keep: impl Fn(&Scanned) -> bool,
+) -> Vec<CacheEntry> {
+    files
+        .iter()
+        .zip(digests)
+        .filter_map(|(f, d)| {
+            let sha256 = (*d)?;
+            keep(f).then(|| CacheEntry {
+                path: f.path.clone(),
+                size: f.size,
+                mode: f.mode,
+                mtime_ns: f.mtime_ns,
+                ctime_ns: f.ctime_ns,
+                ino: f.ino,
+                sha256,
+            })
+        })
+        .collect()
 }
 
 /// A workspace's retention caps (0 = unlimited); a workspace not
@@ -455,27 +730,23 @@ pub(crate) fn admit(
     }
     Ok(())
 }
-
+/// Produces the payload of every file whose digest is not known yet
+/// (`digests`, in scan order): hashed and staged on a few threads. On a
+/// failure the other files are still produced when the failure is the
+/// tree changing (their progress is worth keeping), and the partial result
+/// comes back with the error.
 pub(super) fn produce_all(
     registry: &Registry,
     root: &Path,
     tmp: &Path,
-    work: &[Work],
+    files: &[Scanned],
+    mut digests: Vec<Option<[u8; 32]>>,
     opts: &CaptureOptions,
-) -> Result<Vec<Payload>> {
+) -> std::result::Result<Produced, (Produced, WsError)> {
     // Cached digests need no I/O: the cache is dropped whenever GC deletes
     // blobs, so a digest it holds names a blob that still exists.
-    let mut slots: Vec<Option<Payload>> = work
-        .iter()
-        .map(|w| {
-            w.cached.as_ref().map(|sha| Payload {
-                sha256: sha.clone(),
-                staged: None,
-            })
-        })
-        .collect();
-    let todo: Vec<usize> = (0..work.len()).filter(|&i| slots[i].is_none()).collect();
-    let total: u64 = todo.iter().map(|&i| work[i].file.size).sum();
+    let todo: Vec<usize> = (0..files.len()).filter(|&i| digests[i].is_none()).collect();
+    let total: u64 = todo.iter().map(|&i| files[i].size).sum();
     let done = std::sync::atomic::AtomicU64::new(0);
     let next = AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
@@ -497,13 +768,13 @@ pub(super) fn produce_all(
                         let i = todo[k];
                         let r = opts
                             .check_deadline()
-                            .and_then(|()| produce_one(registry, root, tmp, &work[i]));
-                        if r.is_err() {
+                            .and_then(|()| produce_one(registry, root, tmp, &files[i]));
+                        if matches!(&r, Err(e) if !matches!(e, WsError::WorkspaceChanged(_))) {
                             failed.store(true, Ordering::Relaxed);
                         }
                         local.push((i, r));
                         if let Some(p) = opts.progress {
-                            let size = work[i].file.size;
+                            let size = files[i].size;
                             let now = done.fetch_add(size, Ordering::Relaxed) + size;
                             p.update("capture", now, total);
                         }
@@ -518,23 +789,42 @@ pub(super) fn produce_all(
             .collect()
     });
     let mut first_err = None;
+    let mut staged = Vec::new();
     for (i, r) in outcomes.into_iter().flatten() {
-        match r {
-            Ok(p) => slots[i] = Some(p),
-            Err(e) => {
+        match r.map(|p| {
+            let sha = unhex32(&p.sha256)
+                .ok_or_else(|| WsError::InvalidRequest("a capture digest is malformed".into()));
+            (sha, p)
+        }) {
+            Ok((Ok(sha), p)) => {
+                digests[i] = Some(sha);
+                if p.staged.is_some() {
+                    staged.push((p, files[i].size));
+                }
+            }
+            Ok((Err(e), p)) => {
+                discard(std::slice::from_ref(&p));
                 first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                // Prefer reporting a failure that is not the tree changing.
+                if !matches!(e, WsError::WorkspaceChanged(_))
+                    || !matches!(first_err, Some(WsError::WorkspaceChanged(_)) | None)
+                {
+                    first_err = Some(e);
+                } else {
+                    first_err.get_or_insert(e);
+                }
             }
         }
     }
-    let complete = slots.iter().all(Option::is_some);
-    let produced: Vec<Payload> = slots.into_iter().flatten().collect();
+    let produced = Produced { digests, staged };
     if let Some(e) = first_err {
-        discard(&produced);
-        return Err(e);
+        return Err((produced, e));
     }
-    if !complete {
-        discard(&produced);
-        return Err(WsError::InvalidRequest("a capture worker failed".into()));
+    if produced.digests.iter().any(Option::is_none) {
+        let e = WsError::InvalidRequest("a capture worker failed".into());
+        return Err((produced, e));
     }
     Ok(produced)
 }
@@ -543,24 +833,16 @@ pub(super) fn produce_one(
     registry: &Registry,
     root: &Path,
     tmp: &Path,
-    w: &Work,
+    file: &Scanned,
 ) -> Result<Payload> {
-    if let Some(sha) = &w.cached {
-        if blob_ok(registry, sha, w.file.size) {
-            return Ok(Payload {
-                sha256: sha.clone(),
-                staged: None,
-            });
-        }
-    }
     // Hash and stage in one read. Staging even when the blob may already
     // exist keeps this single-pass; the duplicate is dropped at publication.
-    let src = root.join(&w.file.path);
+    let src = root.join(&file.path);
     let mut input = File::open(&src).map_err(|e| WsError::io_at("read", &src, e))?;
-    stage_reader(registry, tmp, &mut input, w.file.size).map_err(|e| match e {
+    stage_reader(registry, tmp, &mut input, file.size).map_err(|e| match e {
         StageError::Io(e) => WsError::io_at("copy", &src, e),
         StageError::Size { .. } => {
-            WsError::WorkspaceChanged(format!("{} changed size while it was copied", w.file.path))
+            WsError::WorkspaceChanged(format!("{} changed size while it was copied", file.path))
         }
     })
 }

@@ -2,15 +2,13 @@
 //! objects), the small per-checkpoint summary, their strict loading, and
 //! the JSON a capture writes straight from its scan.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::blobs::Payload;
 use super::checkpoints_dir;
-use super::scan::Scanned;
 use crate::error::{Result, WsError};
 use crate::paths::check_checkpoint_id;
 use crate::registry::Registry;
@@ -39,9 +37,9 @@ pub(crate) struct FileProps {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// A manifest as written by a capture: the same JSON as
-/// [`CheckpointManifest`], serialized straight from the scan and the
-/// digests (a large tree's entries are not copied first).
+/// A manifest as a capture writes it: the tree layout (see `tree`),
+/// whose files, directories, links and skipped entries are in the nodes
+/// under `tree`.
 #[derive(Serialize)]
 pub(crate) struct ManifestView<'a> {
     pub(super) version: u32,
@@ -50,7 +48,8 @@ pub(crate) struct ManifestView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) parent_id: Option<&'a str>,
     pub(super) created: &'a str,
-    pub(super) files: FilesView<'a>,
+    /// The root node's SHA-256.
+    pub(super) tree: &'a str,
     pub(super) excluded: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) primary_bucket: Option<&'a str>,
@@ -58,49 +57,43 @@ pub(crate) struct ManifestView<'a> {
     pub(super) buckets: &'a [String],
     #[serde(skip_serializing_if = "<[ObjectEntry]>::is_empty")]
     pub(super) objects: &'a [ObjectEntry],
-    #[serde(skip_serializing_if = "<[DirectoryEntry]>::is_empty")]
-    pub(super) dirs: &'a [DirectoryEntry],
-    #[serde(skip_serializing_if = "<[LinkEntry]>::is_empty")]
-    pub(super) links: &'a [LinkEntry],
-    #[serde(skip_serializing_if = "<[SkippedEntry]>::is_empty")]
-    pub(super) skipped: &'a [SkippedEntry],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) ignored: Option<&'a Ignored>,
 }
 
-/// The `files` of a [`ManifestView`]: scanned files with their digests
-/// and, in a portable capture, their S3 properties.
-pub(super) struct FilesView<'a> {
-    pub(super) scanned: &'a [Scanned],
-    pub(super) produced: &'a [Payload],
-    pub(super) props: Option<&'a HashMap<String, FileProps>>,
-}
-
-impl Serialize for FilesView<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Entry<'a> {
-            path: &'a str,
-            size: u64,
-            mode: u32,
-            sha256: &'a str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            content_type: Option<&'a str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            metadata: Option<&'a BTreeMap<String, String>>,
-        }
-        s.collect_seq(self.scanned.iter().zip(self.produced).map(|(f, p)| {
-            let props = self.props.and_then(|m| m.get(&f.path));
-            Entry {
-                path: &f.path,
-                size: f.size,
-                mode: f.mode,
-                sha256: &p.sha256,
-                content_type: props.and_then(|p| p.content_type.as_deref()),
-                metadata: props.map(|p| &p.metadata).filter(|m| !m.is_empty()),
-            }
-        }))
-    }
+/// `manifest.json` as stored: either layout. The flat one (every
+/// checkpoint before tree manifests, and what import, pull and apply
+/// write) lists `files` (and `dirs`, `links`, `skipped`); the tree one
+/// names its root node in `tree`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredManifest {
+    version: u32,
+    id: String,
+    workspace_id: String,
+    #[serde(default)]
+    parent_id: Option<String>,
+    created: String,
+    #[serde(default)]
+    files: Option<Vec<FileEntry>>,
+    #[serde(default)]
+    tree: Option<String>,
+    #[serde(default)]
+    excluded: Vec<String>,
+    #[serde(default)]
+    primary_bucket: Option<String>,
+    #[serde(default)]
+    buckets: Vec<String>,
+    #[serde(default)]
+    objects: Vec<ObjectEntry>,
+    #[serde(default)]
+    dirs: Vec<DirectoryEntry>,
+    #[serde(default)]
+    links: Vec<LinkEntry>,
+    #[serde(default)]
+    skipped: Vec<SkippedEntry>,
+    #[serde(default)]
+    ignored: Option<Ignored>,
 }
 
 /// A captured symbolic link: its path and target text, never what it
@@ -354,14 +347,49 @@ pub(super) fn load_summary(registry: &Registry, id: &str) -> Result<Summary> {
     Ok(s)
 }
 
-/// Loads a published checkpoint manifest.
+/// Loads a published checkpoint manifest (either layout).
 pub fn load_manifest(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
+    Ok(load_manifest_with_nodes(registry, id)?.0)
+}
+
+/// Loads a published checkpoint manifest and the digests of the tree
+/// nodes it is stored in (none for the flat layout): the blobs it names
+/// besides its payloads.
+pub(crate) fn load_manifest_with_nodes(
+    registry: &Registry,
+    id: &str,
+) -> Result<(CheckpointManifest, Vec<String>)> {
     check_checkpoint_id(id)?;
     let dir = checkpoints_dir(registry).join(id);
     if !dir.is_dir() {
         return Err(WsError::NotFound(format!("checkpoint {id}")));
     }
-    let m: CheckpointManifest = load_json(&dir.join("manifest.json"))?;
+    let s: StoredManifest = load_json(&dir.join("manifest.json"))?;
+    let mismatch = || WsError::Corrupt(format!("checkpoint {id} manifest does not match"));
+    let (files, dirs, links, skipped, nodes) = match (s.files, s.tree) {
+        (Some(files), None) => (files, s.dirs, s.links, s.skipped, Vec::new()),
+        (None, Some(root)) if s.dirs.is_empty() && s.links.is_empty() && s.skipped.is_empty() => {
+            let t = super::tree::load_tree(registry, &root)?;
+            (t.files, t.dirs, t.links, t.skipped, t.nodes)
+        }
+        _ => return Err(mismatch()),
+    };
+    let m = CheckpointManifest {
+        version: s.version,
+        id: s.id,
+        workspace_id: s.workspace_id,
+        parent_id: s.parent_id,
+        created: s.created,
+        files,
+        excluded: s.excluded,
+        primary_bucket: s.primary_bucket,
+        buckets: s.buckets,
+        objects: s.objects,
+        dirs,
+        links,
+        skipped,
+        ignored: s.ignored,
+    };
     let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
     let consistent = match m.version {
         1 => !v2_fields,
@@ -376,11 +404,9 @@ pub fn load_manifest(registry: &Registry, id: &str) -> Result<CheckpointManifest
         .all(|d| valid_sha(d));
     let modes_ok = m.files.iter().all(|f| f.mode <= 0o777);
     if m.id != id || !consistent || !digests_ok || !modes_ok {
-        return Err(WsError::Corrupt(format!(
-            "checkpoint {id} manifest does not match"
-        )));
+        return Err(mismatch());
     }
-    Ok(m)
+    Ok((m, nodes))
 }
 
 /// Refuses a checkpoint that is missing or belongs to another workspace.
@@ -435,7 +461,13 @@ pub(super) mod erased {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
+    use super::super::blobs::blob_path;
+    use super::super::scan::{Scan, Scanned};
+    use super::super::tree;
     use super::*;
+    use crate::fsutil::hex;
 
     fn scanned(path: &str, size: u64) -> Scanned {
         Scanned {
@@ -450,15 +482,9 @@ mod tests {
     }
 
     #[test]
-    fn the_manifest_view_writes_the_manifest_format_byte_for_byte() {
+    fn a_tree_manifest_loads_as_the_flat_manifest_it_stands_for() {
         let files = vec![scanned("a.txt", 3), scanned("d/b \"q\".bin", 0)];
-        let produced: Vec<Payload> = ["ab", "cd"]
-            .iter()
-            .map(|c| Payload {
-                sha256: c.repeat(32),
-                staged: None,
-            })
-            .collect();
+        let produced: Vec<[u8; 32]> = vec![[0xab; 32], [0xcd; 32]];
         let object = ObjectEntry {
             bucket: "other".into(),
             key: "k:1".into(),
@@ -468,10 +494,16 @@ mod tests {
             metadata: BTreeMap::from([("m".into(), "v".into())]),
         };
         let excluded = vec![".env".to_string()];
-        let dirs = vec![DirectoryEntry {
-            path: "d".into(),
-            mode: 0o700,
-        }];
+        let dirs = vec![
+            DirectoryEntry {
+                path: "bin".into(),
+                mode: 0o755,
+            },
+            DirectoryEntry {
+                path: "d".into(),
+                mode: 0o700,
+            },
+        ];
         let links = vec![LinkEntry {
             path: "bin/tool".into(),
             target: "../node_modules/x/\"q\".js".into(),
@@ -500,35 +532,56 @@ mod tests {
                 },
             ),
         ]);
-        for (parent, portable) in [(None, false), (Some("cp_parent"), true)] {
+        let scan = Scan {
+            files: files.clone(),
+            dirs: dirs.clone(),
+            links: links.clone(),
+            skipped: skipped.clone(),
+            ..Scan::default()
+        };
+        for (n, (parent, portable)) in [(None, false), (Some("cp_parent"), true)]
+            .into_iter()
+            .enumerate()
+        {
+            let t = tempfile::tempdir().unwrap();
+            let registry = Registry::resolve(Some(t.path()), None).unwrap();
+            let id = format!("cp_{n:024}");
+            let built =
+                tree::build(&scan, &produced, portable.then_some(&file_props), &|_| None).unwrap();
+            for (sha, bytes) in &built.nodes {
+                let p = blob_path(&registry, &hex(sha));
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(p, bytes).unwrap();
+            }
             let objects = if portable {
                 vec![object.clone()]
             } else {
                 vec![]
             };
+            let root = hex(&built.root);
             let view = ManifestView {
                 version: if portable { 2 } else { 1 },
-                id: "cp_x",
+                id: &id,
                 workspace_id: "ws_y",
                 parent_id: parent,
                 created: "2026-11-30T00:00:00Z",
-                files: FilesView {
-                    scanned: &files,
-                    produced: &produced,
-                    props: portable.then_some(&file_props),
-                },
+                tree: &root,
                 excluded: &excluded,
                 primary_bucket: portable.then_some("main"),
                 buckets: if portable { &buckets } else { &[] },
                 objects: &objects,
-                dirs: &dirs,
-                links: &links,
-                skipped: &skipped,
                 ignored: ignored.as_ref(),
             };
+            let dir = checkpoints_dir(&registry).join(&id);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(
+                dir.join("manifest.json"),
+                erased::Ser::bytes(&view).unwrap(),
+            )
+            .unwrap();
             let owned = CheckpointManifest {
                 version: view.version,
-                id: "cp_x".into(),
+                id: id.clone(),
                 workspace_id: "ws_y".into(),
                 parent_id: parent.map(str::to_string),
                 created: "2026-11-30T00:00:00Z".into(),
@@ -545,7 +598,7 @@ mod tests {
                             path: f.path.clone(),
                             size: f.size,
                             mode: f.mode,
-                            sha256: p.sha256.clone(),
+                            sha256: hex(p),
                             content_type: props.content_type,
                             metadata: props.metadata,
                         }
@@ -560,11 +613,25 @@ mod tests {
                 skipped: skipped.clone(),
                 ignored: ignored.clone(),
             };
-            let enc = |v: &dyn erased::Ser| v.bytes().unwrap();
-            assert_eq!(
-                String::from_utf8(enc(&view)).unwrap(),
-                String::from_utf8(enc(&owned)).unwrap()
-            );
+            let (loaded, nodes) = load_manifest_with_nodes(&registry, &id).unwrap();
+            let enc = |v: &dyn erased::Ser| String::from_utf8(v.bytes().unwrap()).unwrap();
+            assert_eq!(enc(&loaded), enc(&owned));
+            assert_eq!(nodes.len(), built.nodes.len());
+
+            // A node that is missing or altered makes the checkpoint corrupt.
+            let p = blob_path(&registry, &hex(&built.nodes[0].0));
+            let mut bytes = fs::read(&p).unwrap();
+            *bytes.last_mut().unwrap() ^= 1;
+            fs::write(&p, &bytes).unwrap();
+            assert!(matches!(
+                load_manifest(&registry, &id),
+                Err(WsError::Corrupt(_))
+            ));
+            fs::remove_file(&p).unwrap();
+            assert!(matches!(
+                load_manifest(&registry, &id),
+                Err(WsError::Corrupt(_))
+            ));
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::format::{load_manifest, summaries};
+use super::format::{load_manifest_with_nodes, summaries};
 use super::{checkpoints_dir, state};
 use crate::error::Result;
 use crate::fsutil::fsync_dir;
@@ -19,7 +19,10 @@ pub(crate) fn gc_locked(registry: &Registry) -> Result<(u64, u64)> {
     let mut needed: HashMap<String, ()> = HashMap::new();
     for s in summaries(registry)? {
         // An unreadable manifest aborts: never delete what might be needed.
-        let m = load_manifest(registry, &s.id)?;
+        let (m, nodes) = load_manifest_with_nodes(registry, &s.id)?;
+        for n in nodes {
+            needed.insert(n, ());
+        }
         for f in m.files {
             needed.insert(f.sha256, ());
         }
@@ -67,9 +70,12 @@ pub(crate) fn gc_locked(registry: &Registry) -> Result<(u64, u64)> {
         }
     }
     fsync_dir(&state(registry)).ok();
+    // Counted as payloads: tree nodes stand in for manifests, which are
+    // not counted either (as in a capture's `stored_bytes`).
     let (mut n, mut bytes) = (0u64, 0u64);
     for (path, size) in doomed {
-        if fs::remove_file(&path).is_ok() {
+        let node = super::tree::is_node_file(&path);
+        if fs::remove_file(&path).is_ok() && !node {
             n += 1;
             bytes += size;
         }

@@ -37,9 +37,11 @@ mod diff;
 mod format;
 mod gc;
 mod materialize;
+mod monitor;
 mod objects;
 mod publish;
 mod scan;
+mod tree;
 mod validate;
 
 use std::path::PathBuf;
@@ -58,6 +60,7 @@ pub use format::{
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;
+pub use monitor::TreeMonitor;
 
 pub(crate) use blobs::{
     blob_ok, blob_path, discard, open_verified, read_blob, stage_bytes, stage_known, stage_reader,

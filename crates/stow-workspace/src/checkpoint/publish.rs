@@ -188,6 +188,29 @@ pub(crate) fn prepare(
     }
 }
 
+/// Makes staged blobs durable and names them, with no checkpoint: what a
+/// refused capture keeps (complete, unreferenced; reused by a retry,
+/// removed by GC). Caller holds the registry lock.
+pub(crate) fn keep_blobs(registry: &Registry, blobs: &[(&Payload, u64)]) -> Result<()> {
+    let staged = staged_blobs(blobs);
+    if staged.is_empty() {
+        return Ok(());
+    }
+    make_blobs_durable(registry, &staged)?;
+    let (_, dirs) = publish_blob_names(registry, &staged)?;
+    if staged.len() > FEW_BLOBS {
+        syncfs(
+            &dirs
+                .first()
+                .cloned()
+                .unwrap_or_else(|| registry.state_dir()),
+        )
+    } else {
+        let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        fsync_parallel(&dirs)
+    }
+}
+
 impl Pending {
     /// Abandons the checkpoint: removes its stage directory.
     pub(crate) fn discard(self) {

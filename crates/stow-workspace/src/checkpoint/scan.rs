@@ -14,7 +14,7 @@ use crate::error::{Result, WsError};
 use crate::ignorefile::is_ignored;
 use crate::paths::{check_checkpoint_leaf, check_checkpoint_path, is_sensitive};
 use crate::tree::excluded;
-use crate::watch::{TreeWatch, Verdict};
+use crate::watch::{Changes, TreeWatch};
 
 /// One scanned file with the stat fields the cache keys on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +79,26 @@ pub(super) fn scan(
     ignore: Option<&Gitignore>,
     watch: Option<&TreeWatch>,
 ) -> Result<Scan> {
+    let mut out = scan_from(
+        vec![(root.to_path_buf(), String::new(), 0)],
+        include_sensitive,
+        ignore,
+        watch,
+    )?;
+    out.sort();
+    Ok(out)
+}
+
+/// Scans the subtrees `starts` (absolute directory, slash path from the
+/// root, depth), unsorted.
+fn scan_from(
+    starts: Vec<(PathBuf, String, usize)>,
+    include_sensitive: bool,
+    ignore: Option<&Gitignore>,
+    watch: Option<&TreeWatch>,
+) -> Result<Scan> {
     let queue = Mutex::new(ScanQueue {
-        pending: vec![(root.to_path_buf(), String::new(), 0)],
+        pending: starts,
         busy: 0,
         error: None,
     });
@@ -105,22 +123,205 @@ pub(super) fn scan(
     }
     let mut out = Scan::default();
     for p in parts {
-        out.files.extend(p.files);
-        out.excluded.extend(p.excluded);
-        out.dirs.extend(p.dirs);
-        out.links.extend(p.links);
-        out.skipped.extend(p.skipped);
-        out.ignored.extend(p.ignored);
+        out.append(p);
     }
-    // Threads finish directories in any order; the result is sorted so two
-    // scans of the same tree compare equal.
-    out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    out.excluded.sort_unstable();
-    out.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    out.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    out.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    out.ignored.sort_unstable();
     Ok(out)
+}
+
+impl Scan {
+    fn append(&mut self, p: Scan) {
+        self.files.extend(p.files);
+        self.excluded.extend(p.excluded);
+        self.dirs.extend(p.dirs);
+        self.links.extend(p.links);
+        self.skipped.extend(p.skipped);
+        self.ignored.extend(p.ignored);
+    }
+
+    /// Threads finish directories in any order; the result is sorted so two
+    /// scans of the same tree compare equal.
+    fn sort(&mut self) {
+        self.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.excluded.sort_unstable();
+        self.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.ignored.sort_unstable();
+    }
+}
+
+/// The directory part of slash path `path` ("" at the root); a trailing
+/// slash (an excluded or ignored directory) is not a component.
+pub(super) fn parent_dir(path: &str) -> &str {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    path.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+/// Whether `path` is `dir` or lies beneath it (`dir` "" is the root).
+pub(super) fn within(path: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// The tree now, from scan `old` and the captured names that changed since
+/// it was taken (`changed`, from a watch that has covered the tree since):
+/// the directories holding a change are read again, a changed directory
+/// (created, replaced, moved in) is scanned whole, and everything else is
+/// kept from `old`. Each directory read is watched first.
+pub(super) fn rescan(
+    root: &Path,
+    old: Scan,
+    changed: &std::collections::BTreeSet<String>,
+    sens: bool,
+    ignore: Option<&Gitignore>,
+    watch: &TreeWatch,
+) -> Result<Scan> {
+    use std::collections::{BTreeSet, HashSet};
+    if changed.is_empty() {
+        return Ok(old);
+    }
+    let relist: BTreeSet<&str> = changed.iter().map(|p| parent_dir(p)).collect();
+    // Changed itself or beneath a changed directory: its ancestors are
+    // looked up, so the cost follows the depth, not the number of changes.
+    let replaced = |path: &str| {
+        let mut p = path.strip_suffix('/').unwrap_or(path);
+        loop {
+            if changed.contains(p) {
+                return true;
+            }
+            match p.rsplit_once('/') {
+                Some((parent, _)) => p = parent,
+                None => return false,
+            }
+        }
+    };
+    let old_dirs: HashSet<String> = old.dirs.iter().map(|d| d.path.clone()).collect();
+    let stale = |path: &str| relist.contains(parent_dir(path)) || replaced(path);
+    let mut kept = Scan {
+        files: drop_stale(old.files, |f| &f.path, &relist, changed, &stale),
+        excluded: drop_stale(old.excluded, |p| p, &relist, changed, &stale),
+        dirs: drop_stale(old.dirs, |d| &d.path, &relist, changed, &stale),
+        links: drop_stale(old.links, |l| &l.path, &relist, changed, &stale),
+        skipped: drop_stale(old.skipped, |s| &s.path, &relist, changed, &stale),
+        ignored: drop_stale(old.ignored, |p| p, &relist, changed, &stale),
+    };
+    let mut out = Scan::default();
+    // Directories to scan whole: new or replaced ones met while re-reading.
+    let mut whole: Vec<(PathBuf, String, usize)> = Vec::new();
+    for dir in relist {
+        // A directory that is itself replaced is read with its subtree.
+        if replaced(dir) && !dir.is_empty() {
+            continue;
+        }
+        let abs = if dir.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(dir)
+        };
+        let depth = if dir.is_empty() {
+            0
+        } else {
+            dir.split('/').count()
+        };
+        match fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            // Gone (or no longer a directory): its parent's events say so.
+            _ => continue,
+        }
+        watch.add(&abs, dir, depth);
+        let mut subdirs = Vec::new();
+        scan_dir(&abs, dir, depth, sens, ignore, &mut out, &mut subdirs)?;
+        for (abs, rel, depth) in subdirs {
+            if !old_dirs.contains(&rel) || replaced(&rel) {
+                whole.push((abs, rel, depth));
+            }
+        }
+    }
+    if !whole.is_empty() {
+        out.append(scan_from(whole, sens, ignore, Some(watch))?);
+    }
+    // What was read again is merged into what was kept: both sorted, so
+    // one pass, not a sort of the whole tree.
+    out.sort();
+    kept.files = merge_sorted(kept.files, out.files, |f| &f.path);
+    kept.excluded = merge_sorted(kept.excluded, out.excluded, |p| p);
+    kept.dirs = merge_sorted(kept.dirs, out.dirs, |d| &d.path);
+    kept.links = merge_sorted(kept.links, out.links, |l| &l.path);
+    kept.skipped = merge_sorted(kept.skipped, out.skipped, |s| &s.path);
+    kept.ignored = merge_sorted(kept.ignored, out.ignored, |p| p);
+    Ok(kept)
+}
+
+/// The entries of `list` (sorted by `key`) that `stale` does not reject.
+/// Only the ranges the changes can reach are looked at: the entries below
+/// each changed path and each re-read directory (contiguous in path
+/// order), the changed paths themselves and, when the root is re-read, the
+/// names at the root.
+fn drop_stale<T>(
+    list: Vec<T>,
+    key: impl Fn(&T) -> &str,
+    relist: &std::collections::BTreeSet<&str>,
+    changed: &std::collections::BTreeSet<String>,
+    stale: &dyn Fn(&str) -> bool,
+) -> Vec<T> {
+    let mut doomed = vec![false; list.len()];
+    let lower = |bound: &str| list.partition_point(|e| key(e) < bound);
+    // "p/…" lies in ["p/", "p0"): '0' follows '/'.
+    let mut look = |prefix: &str| {
+        let (from, to) = (lower(&format!("{prefix}/")), lower(&format!("{prefix}0")));
+        for i in from..to {
+            doomed[i] = stale(key(&list[i]));
+        }
+    };
+    for dir in relist.iter().filter(|d| !d.is_empty()) {
+        look(dir);
+    }
+    for p in changed.iter().filter(|p| !p.is_empty()) {
+        look(p);
+    }
+    for p in changed {
+        // The path itself, and as an excluded or ignored directory.
+        for exact in [p.clone(), format!("{p}/")] {
+            let i = lower(&exact);
+            if list.get(i).is_some_and(|e| key(e) == exact) {
+                doomed[i] = true;
+            }
+        }
+    }
+    if relist.contains("") {
+        for (i, e) in list.iter().enumerate() {
+            let k = key(e);
+            if !k.strip_suffix('/').unwrap_or(k).contains('/') {
+                doomed[i] = stale(k);
+            }
+        }
+    }
+    list.into_iter()
+        .zip(doomed)
+        .filter_map(|(e, d)| (!d).then_some(e))
+        .collect()
+}
+
+/// Merges two lists sorted by `key` into one.
+fn merge_sorted<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let mut a = a.into_iter().peekable();
+    let mut b = b.into_iter().peekable();
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => key(x) <= key(y),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
+    }
+    out
 }
 
 /// Takes directories off the queue until none are left (or one failed).
@@ -299,24 +500,29 @@ pub(super) fn scan_dir(
     Ok(())
 }
 
-/// Whether the tree still matches scan `before`: from the watch's events
-/// when it covers the tree (plus a stat of each hard-linked file), else by
-/// scanning again.
-pub(super) fn tree_unchanged(
+/// What changed in the tree since scan `before`: from the watch's events
+/// when it covers the tree (plus a stat of each hard-linked file, which can
+/// change through a name outside it), else by scanning again (which can
+/// only say "nothing" or "unknown").
+pub(super) fn tree_changes(
     root: &Path,
     before: &Scan,
     sens: bool,
     ignore: Option<&Gitignore>,
     watch: Option<&TreeWatch>,
-) -> Result<bool> {
-    match watch.map_or(Verdict::Unknown, |w| w.verdict(sens, ignore)) {
-        Verdict::Changed => Ok(false),
-        Verdict::Unchanged => Ok(before
-            .files
-            .iter()
-            .filter(|f| f.nlink > 1)
-            .all(|f| restat(root, f).as_ref() == Some(f))),
-        Verdict::Unknown => Ok(scan(root, sens, ignore, None)? == *before),
+) -> Result<Changes> {
+    if let Some(Changes::Paths(mut set)) = watch.map(|w| w.changes(sens, ignore)) {
+        for f in before.files.iter().filter(|f| f.nlink > 1) {
+            if restat(root, f).as_ref() != Some(f) {
+                set.insert(f.path.clone());
+            }
+        }
+        return Ok(Changes::Paths(set));
+    }
+    if scan(root, sens, ignore, None)? == *before {
+        Ok(Changes::Paths(Default::default()))
+    } else {
+        Ok(Changes::Unknown)
     }
 }
 
