@@ -710,3 +710,128 @@ fn capture_with_change_seen(
     )
     .unwrap_err()
 }
+
+#[test]
+fn flat_manifests_of_earlier_versions_still_diff_restore_export_and_keep_their_blobs() {
+    let w = setup("");
+    let root = w.ws.root.clone();
+    fs::create_dir_all(root.join("deep/er")).unwrap();
+    fs::write(root.join("deep/er/x.txt"), "xx").unwrap();
+    let tree = cap(&w);
+    // The same checkpoint in the flat layout every earlier version wrote
+    // (and import, pull and apply still write): files listed in full.
+    let flat_id = "cp_0123456789abcdef01234567";
+    let cps = w.reg.dir().join(".stow/checkpoints");
+    let mut m = checkpoint::load_manifest(&w.reg, &tree.checkpoint_id).unwrap();
+    m.id = flat_id.into();
+    let mut summary: serde_json::Value = serde_json::from_slice(
+        &fs::read(cps.join(&tree.checkpoint_id).join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    summary["id"] = flat_id.into();
+    fs::create_dir(cps.join(flat_id)).unwrap();
+    fs::write(
+        cps.join(flat_id).join("manifest.json"),
+        serde_json::to_vec(&m).unwrap(),
+    )
+    .unwrap();
+    fs::write(
+        cps.join(flat_id).join("summary.json"),
+        serde_json::to_vec(&summary).unwrap(),
+    )
+    .unwrap();
+    assert!(serde_json::from_slice::<serde_json::Value>(
+        &fs::read(cps.join(&tree.checkpoint_id).join("manifest.json")).unwrap()
+    )
+    .unwrap()
+    .get("tree")
+    .is_some());
+
+    // Either layout reads the same, in both directions of a diff.
+    let d = checkpoint::diff(&w.reg, flat_id, &tree.checkpoint_id).unwrap();
+    assert!(d.changes.is_empty(), "{:?}", d.changes);
+    fs::write(root.join("deep/er/x.txt"), "changed").unwrap();
+    let next = cap(&w);
+    let d = checkpoint::diff(&w.reg, flat_id, &next.checkpoint_id).unwrap();
+    assert_eq!(d.changes.len(), 1);
+    let r = restore(
+        &w.reg,
+        flat_id,
+        &w.dir.join("from-flat"),
+        RestoreLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(fs::read(r.root.join("deep/er/x.txt")).unwrap(), b"xx");
+    let out = w.dir.join("flat.tar.gz");
+    stow_workspace::archive::export(&w.reg, flat_id, &out, &Default::default()).unwrap();
+    stow_workspace::archive::preview(&out, Default::default()).unwrap();
+    // GC keeps what the flat manifest names once the tree checkpoints go.
+    checkpoint::delete(&w.reg, &next.checkpoint_id).unwrap();
+    checkpoint::delete(&w.reg, &tree.checkpoint_id).unwrap();
+    checkpoint::gc(&w.reg).unwrap();
+    checkpoint::verify(&w.reg, flat_id).unwrap();
+}
+
+#[test]
+fn a_file_deleted_before_it_is_copied_is_workspace_changed_not_an_io_failure() {
+    let w = setup("");
+    let root = w.ws.root.clone();
+    fs::create_dir_all(root.join("many")).unwrap();
+    for i in 0..200 {
+        fs::write(root.join(format!("many/f{i:03}")), vec![b'x'; 2000]).unwrap();
+    }
+    let victim = root.join("many/f199");
+    let once = std::sync::Once::new();
+    struct DeleteOnce<'a>(&'a std::sync::Once, &'a Path);
+    impl stow_workspace::progress::Progress for DeleteOnce<'_> {
+        fn update(&self, _: &str, _: u64, _: u64) {
+            self.0.call_once(|| fs::remove_file(self.1).unwrap());
+        }
+    }
+    let del = DeleteOnce(&once, &victim);
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            progress: Some(&del),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "workspace_changed", "{err}");
+    assert!(err.retryable());
+    assert_eq!(cap(&w).files, 201);
+}
+
+#[test]
+fn an_export_killed_midway_leaves_a_temp_file_the_next_export_removes() {
+    let w = setup("");
+    let c = cap(&w);
+    let out_dir = w.dir.join("out");
+    fs::create_dir(&out_dir).unwrap();
+    // What a killed export leaves: its hidden temp archive, unlocked.
+    let stale = out_dir.join(".cp.tar.gz.stow-export-abcdef012345");
+    fs::write(&stale, b"half an archive").unwrap();
+    let f = fs::File::options().write(true).open(&stale).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+        .unwrap();
+    drop(f);
+    // One being written right now (fresh) is left alone.
+    let fresh = out_dir.join(".cp.tar.gz.stow-export-0123456789ab");
+    fs::write(&fresh, b"being written").unwrap();
+    stow_workspace::archive::export(
+        &w.reg,
+        &c.checkpoint_id,
+        &out_dir.join("cp.tar.gz"),
+        &Default::default(),
+    )
+    .unwrap();
+    assert!(!stale.exists());
+    assert!(fresh.exists());
+    let mut names: Vec<String> = fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".cp.tar.gz.stow-export-0123456789ab", "cp.tar.gz"]);
+}

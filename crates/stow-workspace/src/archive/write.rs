@@ -50,6 +50,37 @@ fn threads() -> usize {
         .clamp(1, 4)
 }
 
+/// `flock` on `file`; whether it was taken.
+fn flock(file: &fs::File, how: libc::c_int) -> bool {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(file.as_raw_fd(), how) == 0 }
+}
+
+/// Removes the temp archives an earlier export to the same name left when
+/// it was killed: unlocked, and untouched for a while (so one just created,
+/// not locked yet, is spared).
+fn remove_abandoned_exports(dir: &Path, prefix: &str) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let path = e.path();
+        let old = fs::symlink_metadata(&path)
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(10));
+        let abandoned =
+            old && fs::File::open(&path).is_ok_and(|f| flock(&f, libc::LOCK_EX | libc::LOCK_NB));
+        if abandoned {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
 /// Exports checkpoint `id` to `output`, which must not exist: the archive
 /// is written to a temporary file beside it, fsynced, and linked into
 /// place (a link never replaces a file), so `output` is either absent or
@@ -81,13 +112,18 @@ pub fn export(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.stow-export-{}", random_hex(6)));
+    let prefix = format!(".{name}.stow-export-");
+    remove_abandoned_exports(dir, &prefix);
+    let tmp = dir.join(format!("{prefix}{}", random_hex(6)));
     let file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| WsError::io_at("create", &tmp, e))?;
+    // Held while the archive is written: a later export to the same name
+    // tells an abandoned temp file (its exporter was killed) by the lock.
+    flock(&file, libc::LOCK_EX);
     let written =
         write_archive(registry, &m, file, opts.progress).and_then(|(file, bytes, sha)| {
             file.sync_all()

@@ -1,7 +1,7 @@
 //! Capture: scan, admit, copy new payloads into the blob store, check the
 //! tree is unchanged, publish (see `publish`).
 
-use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -838,7 +838,22 @@ pub(super) fn produce_one(
     // Hash and stage in one read. Staging even when the blob may already
     // exist keeps this single-pass; the duplicate is dropped at publication.
     let src = root.join(&file.path);
-    let mut input = File::open(&src).map_err(|e| WsError::io_at("read", &src, e))?;
+    // Never through a link; a file that went away (or became something
+    // else) since the scan listed it is the tree changing, not an I/O
+    // failure.
+    let mut input = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&src)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::EISDIR) => {
+                WsError::WorkspaceChanged(format!(
+                    "{} was removed or replaced while it was copied",
+                    file.path
+                ))
+            }
+            _ => WsError::io_at("read", &src, e),
+        })?;
     stage_reader(registry, tmp, &mut input, file.size).map_err(|e| match e {
         StageError::Io(e) => WsError::io_at("copy", &src, e),
         StageError::Size { .. } => {
