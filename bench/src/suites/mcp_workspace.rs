@@ -58,7 +58,7 @@ fn cli_capture(bin: &Path, reg: &Path, ws: &str, key: &str) -> Result<Run> {
 }
 
 /// One keyed capture through the server; its CPU is the server's.
-fn mcp_capture(server: &mut Server, ws: &str, key: &str) -> Result<Run> {
+pub(crate) fn mcp_capture(server: &mut Server, ws: &str, key: &str) -> Result<Run> {
     let cpu0 = super::mcp::cpu_of(server.pid());
     let t = Instant::now();
     let env = server.tool(
@@ -78,6 +78,36 @@ fn mcp_capture(server: &mut Server, ws: &str, key: &str) -> Result<Run> {
         ops: 1,
         bytes: 0,
     })
+}
+
+/// A workspace-profile server whose per-capture bounds admit `max_bytes`
+/// and `max_files`.
+pub(crate) fn serve_bounded(
+    bin: &Path,
+    reg: &Path,
+    ws: &str,
+    max_bytes: u64,
+    max_files: u64,
+) -> Result<Server> {
+    let reg = reg.display().to_string();
+    let (b, f) = (max_bytes.to_string(), max_files.to_string());
+    let mut s = Server::spawn_with(
+        bin,
+        &[
+            "--registry-dir",
+            &reg,
+            "--workspace-id",
+            ws,
+            "--timeout",
+            "600s",
+            "--max-bytes",
+            &b,
+            "--max-files",
+            &f,
+        ],
+    )?;
+    s.initialize()?;
+    Ok(s)
 }
 
 fn serve(bin: &Path, reg: &Path, ws: &str) -> Result<Server> {
@@ -102,7 +132,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let plan = Plan::new(args.quick);
+    let plan = Plan::new(args.quick, args.files);
     let bin = server_binary()?;
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     fs::create_dir_all(&base).map_err(context(format!("create {}", base.display())))?;

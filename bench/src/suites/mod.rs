@@ -33,6 +33,10 @@ pub struct SuiteArgs {
     /// cleanup.
     #[arg(long)]
     pub no_settle: bool,
+    /// Workspace suites: files in the generated tree (15 KB each on
+    /// average; default 10,000, or 1,000 with --quick).
+    #[arg(long, value_name = "N")]
+    pub files: Option<u64>,
 }
 
 /// How long the filesystem needs after a run deletes its data: this

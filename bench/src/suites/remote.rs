@@ -98,7 +98,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick, args.files);
     // `aws s3 sync` of the full tree takes tens of seconds: 3 repetitions.
     plan.reps = plan.reps.min(3);
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
