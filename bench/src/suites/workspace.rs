@@ -49,7 +49,7 @@ impl Plan {
             files,
             bytes: files * 15_000,
             // Large trees: fewer repetitions (each copies the whole tree).
-            reps: if files > 20_000 { 3 } else { reps },
+            reps: if files > 20_000 { 2 } else { reps },
         }
     }
 
@@ -807,11 +807,86 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         Side::new("cp -a && sync", Unit::MsPerOp, cp_r),
     ));
 
+    // 4–6 on the default trees only: on a large one each would copy the
+    // whole tree again (this machine's disk holds a few dozen copies), and
+    // they do not depend on the tree's size.
+    if !plan.large() {
+        more_figures(
+            &plan,
+            &pool,
+            &top,
+            &src,
+            &ws,
+            &record,
+            tree_bytes,
+            &reg0,
+            &cp0,
+            &mut figures,
+            &mut info,
+        )?;
+    }
+
+    let peak_rss_kib = vm_hwm_kib();
+    let loadavg_end = loadavg();
+    drop(tmp);
+    super::mark_cleanup(&base);
+    Ok(Report {
+        suite: "workspace".into(),
+        mode: plan.mode.into(),
+        started_unix,
+        duration_s: t0.elapsed().as_secs_f64(),
+        machine,
+        loadavg_start,
+        loadavg_end,
+        method: vec![
+            format!(
+                "a generated tree of {} files, {} bytes (seed {SEED:#x}); ours runs stow-workspace in process",
+                plan.files, tree_bytes
+            ),
+            "first checkpoint and restore alternate with cp -a && sync (A B A B …); each first \
+             checkpoint uses a fresh registry so nothing is deduplicated against earlier runs"
+                .into(),
+            "checkpoints are durable when reported (many new blobs: one syncfs; a few: an fsync \
+             each); git runs as users run it (plain) and with core.fsync=all and a final sync"
+                .into(),
+            "the incremental figures take turns per repetition (in process, CLI, MCP, git, git \
+             fsync), each after changing its own 10 files; the MCP server has its own registry \
+             and keeps its watch between captures"
+                .into(),
+            "cpu µs/op is the user+system CPU of the whole bench process (ours: every capture \
+             thread) plus the commands it waited for (cp, git, sync); kernel writeback is not \
+             counted"
+                .into(),
+        ],
+        figures,
+        info,
+        peak_rss_kib,
+        notes: Vec::new(),
+    })
+}
+
+/// Disk growth over 10 checkpoints, the transfer figures and a delta.
+#[allow(clippy::too_many_arguments)]
+fn more_figures(
+    plan: &Plan,
+    pool: &Pool,
+    top: &Path,
+    src: &Path,
+    ws: &stow_workspace::WorkspaceResult,
+    record: &[u8],
+    tree_bytes: u64,
+    reg0: &Registry,
+    cp0: &str,
+    figures: &mut Vec<Figure>,
+    info: &mut Vec<Info>,
+) -> Result<()> {
+    let root = ws.root.clone();
+    let opts = CaptureOptions::default();
     // 4. Disk growth: 10 checkpoints each changing 10 files.
-    let reg10 = fresh_registry(&top, "ten", &record, &ws.workspace_id)?;
+    let reg10 = fresh_registry(top, "ten", record, &ws.workspace_id)?;
     for round in 0..10u64 {
         if round > 0 {
-            change_ten(&plan, &pool, &root, 100 + round)?;
+            change_ten(plan, pool, &root, 100 + round)?;
         }
         checkpoint::capture(&reg10, &ws.workspace_id, &opts).map_err(|e| e.to_string())?;
     }
@@ -825,24 +900,12 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     let _: &PathBuf = &root;
 
     // 5. Transfer: export / preview / import + adopt against tar, on the
-    //    first checkpoint of the whole tree (not for large trees: archives
-    //    are bounded to 1 GiB by default, and they are issue 15's figures).
-    if !plan.large() {
-        transfer(
-            &plan,
-            &top,
-            &src,
-            &reg0,
-            &cp0,
-            tree_bytes,
-            &mut figures,
-            &mut info,
-        )?;
-    }
+    //    first checkpoint of the whole tree.
+    transfer(plan, top, src, reg0, cp0, tree_bytes, figures, info)?;
 
     // 6. A delta of 10 changed files, and applying it.
     let c_a = checkpoint::capture(&reg10, &ws.workspace_id, &opts).map_err(|e| e.to_string())?;
-    change_ten(&plan, &pool, &root, 300)?;
+    change_ten(plan, pool, &root, 300)?;
     let c_b = checkpoint::capture(&reg10, &ws.workspace_id, &opts).map_err(|e| e.to_string())?;
     let (mut delta_ms, mut apply_ms, mut doc_bytes) = (Vec::new(), Vec::new(), 0);
     for rep in 0..plan.reps {
@@ -893,41 +956,5 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         unit: "ms".into(),
     });
 
-    let peak_rss_kib = vm_hwm_kib();
-    let loadavg_end = loadavg();
-    drop(tmp);
-    super::mark_cleanup(&base);
-    Ok(Report {
-        suite: "workspace".into(),
-        mode: plan.mode.into(),
-        started_unix,
-        duration_s: t0.elapsed().as_secs_f64(),
-        machine,
-        loadavg_start,
-        loadavg_end,
-        method: vec![
-            format!(
-                "a generated tree of {} files, {} bytes (seed {SEED:#x}); ours runs stow-workspace in process",
-                plan.files, tree_bytes
-            ),
-            "first checkpoint and restore alternate with cp -a && sync (A B A B …); each first \
-             checkpoint uses a fresh registry so nothing is deduplicated against earlier runs"
-                .into(),
-            "checkpoints are durable when reported (many new blobs: one syncfs; a few: an fsync \
-             each); git runs as users run it (plain) and with core.fsync=all and a final sync"
-                .into(),
-            "the incremental figures take turns per repetition (in process, CLI, MCP, git, git \
-             fsync), each after changing its own 10 files; the MCP server has its own registry \
-             and keeps its watch between captures"
-                .into(),
-            "cpu µs/op is the user+system CPU of the whole bench process (ours: every capture \
-             thread) plus the commands it waited for (cp, git, sync); kernel writeback is not \
-             counted"
-                .into(),
-        ],
-        figures,
-        info,
-        peak_rss_kib,
-        notes: Vec::new(),
-    })
+    Ok(())
 }
