@@ -2,9 +2,9 @@
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
-.PHONY: test fmt-check lint rust-test e2e-test python-client-test node-client-test fmt bench-store
+.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test fmt bench-store soak
 
-test: fmt-check lint rust-test e2e-test python-client-test node-client-test
+test: fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -20,6 +20,20 @@ rust-test:
 e2e-test:
 	$(CARGO) build --bin stow-s3
 	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/e2e -q -rs
+
+# The kill -9 soak (tests/soak): crash-recover cycles of every engine under
+# load, a model checked after each restart. `make test` runs the short
+# setting (SOAK_TEST_CYCLES per engine, 10); `make soak` the long one
+# (SOAK_CYCLES per engine, 200). SOAK_SEED replays a printed seed.
+SOAK_CYCLES ?= 200
+
+soak-test:
+	$(CARGO) build --bin stow-s3
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/soak -q -rs
+
+soak:
+	$(CARGO) build --bin stow-s3
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 tests/soak/soak.py --engine all --cycles $(SOAK_CYCLES) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # The Python package (clients/python) against the debug binary.
 python-client-test:
