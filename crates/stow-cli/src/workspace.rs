@@ -222,6 +222,16 @@ pub enum WorkspaceCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Check every checkpoint of the partition: manifests and tree nodes
+    /// read back, every payload read against its SHA-256; names exactly
+    /// the damaged checkpoints.
+    Check {
+        /// Only look the payloads up (present, right size), without reading them.
+        #[arg(long)]
+        quick: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// Capture the workspace's files into an immutable checkpoint.
     Checkpoint {
         #[arg(long)]
@@ -597,6 +607,26 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             },
         )?),
         C::Gc { registry } => json(checkpoint::gc(&registry.open()?)?),
+        C::Check { quick, registry } => {
+            let r = checkpoint::check(&registry.open()?, quick)?;
+            if r.damaged.is_empty() {
+                return json(r);
+            }
+            let list: Vec<String> = r
+                .damaged
+                .iter()
+                .map(|d| format!("{}: {}", d.checkpoint_id, d.problems.join("; ")))
+                .collect();
+            Err(CliError {
+                code: "inconsistent".into(),
+                message: format!(
+                    "{} of {} checkpoints are damaged: {}",
+                    r.damaged.len(),
+                    r.checkpoints,
+                    list.join(" | ")
+                ),
+            })
+        }
         C::Diff { from, to, registry } => json(checkpoint::diff(&registry.open()?, &from, &to)?),
         C::Restore {
             checkpoint_id,

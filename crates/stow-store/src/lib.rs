@@ -40,6 +40,7 @@ pub use model::*;
 pub use multipart::MIN_PART_SIZE;
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE, SMALL_BODY_MAX,
+    VERIFIED_READ_LIMIT,
 };
 
 /// Lowercase hex of bytes.

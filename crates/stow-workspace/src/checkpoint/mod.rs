@@ -32,6 +32,7 @@
 
 mod blobs;
 mod capture;
+mod check;
 mod delete;
 mod diff;
 mod format;
@@ -50,6 +51,7 @@ use crate::registry::Registry;
 
 pub use blobs::{stored_bytes, verify_blob};
 pub use capture::{capture, CaptureOptions};
+pub use check::{check, Damage, RegistryCheck};
 pub use delete::{delete, DeleteResult};
 pub use diff::{
     diff, diff_files, diff_links, BucketChange, Change, DiffResult, Kind, LinkChange, ObjectChange,
