@@ -128,27 +128,35 @@ fn sh(cmd: &str, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-const GIT: &str = "git -c user.name=b -c user.email=b@b -c core.fsync=all";
-/// git as users run it.
-const GIT_PLAIN: &str = "git -c user.name=b -c user.email=b@b";
+/// git with every write durable. Automatic gc is off on both: after a
+/// first commit of 100,000 files a commit starts a background repack that
+/// would run through every later measurement, ours included.
+const GIT: &str =
+    "git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false -c core.fsync=all";
+/// git as users run it (but for the background gc, see [`GIT`]).
+const GIT_PLAIN: &str =
+    "git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false";
 
-/// Runs `cmd` to its end and returns its own peak RSS (KiB), from the
-/// kernel's accounting of that child.
-fn child_peak_rss_kib(cmd: &mut Command) -> Result<u64> {
-    let child = cmd
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map_err(context("spawn"))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, with valid out pointers.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err(format!("{cmd:?} failed").into());
+/// Runs `args` to its end under GNU time and returns its peak RSS (KiB).
+/// Not `wait4` on our own child: Linux carries the parent's high-water
+/// mark into a child at exec, so that would report the bench's own RSS.
+/// `None` without /usr/bin/time.
+fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> Result<Option<u64>> {
+    let time = Path::new("/usr/bin/time");
+    if !time.is_file() {
+        return Ok(None);
     }
-    Ok(usage.ru_maxrss.max(0) as u64)
+    let out = Command::new(time)
+        .args(["-f", "%M"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .map_err(context("run /usr/bin/time"))?;
+    if !out.status.success() {
+        return Err(format!("{args:?} failed").into());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    Ok(err.lines().last().and_then(|l| l.trim().parse().ok()))
 }
 
 /// A fresh registry partition holding the bench workspace's record.
@@ -693,31 +701,27 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     // Peak RSS of a CLI capture of the whole tree (fresh registry: every
     // payload new), measured on the child alone.
     let rss_reg = fresh_registry(&top, "rss", &record, &ws.workspace_id)?;
-    let rss_kib = child_peak_rss_kib(
-        Command::new(&bin)
-            .args(["workspace", "checkpoint", "--id", &ws.workspace_id])
-            .arg("--registry-dir")
-            .arg(rss_reg.dir()),
-    )?;
-    info.push(Info {
-        name: format!(
-            "peak RSS of a first CLI capture of the {}-file tree (target ≤ 150 MiB)",
-            plan.files
-        ),
-        value: rss_kib as f64 / 1024.0,
-        unit: "MiB".into(),
-    });
-    let rss_kib = child_peak_rss_kib(
-        Command::new(&bin)
-            .args(["workspace", "checkpoint", "--id", &ws.workspace_id])
-            .arg("--registry-dir")
-            .arg(rss_reg.dir()),
-    )?;
-    info.push(Info {
-        name: "peak RSS of an incremental CLI capture of the same tree".into(),
-        value: rss_kib as f64 / 1024.0,
-        unit: "MiB".into(),
-    });
+    let capture_args = [
+        bin.as_os_str(),
+        "workspace".as_ref(),
+        "checkpoint".as_ref(),
+        "--id".as_ref(),
+        ws.workspace_id.as_ref(),
+        "--registry-dir".as_ref(),
+        rss_reg.dir().as_os_str(),
+    ];
+    for what in ["first", "incremental"] {
+        if let Some(kib) = peak_rss_kib(&capture_args)? {
+            info.push(Info {
+                name: format!(
+                    "peak RSS of a {what} CLI capture of the {}-file tree (target ≤ 150 MiB)",
+                    plan.files
+                ),
+                value: kib as f64 / 1024.0,
+                unit: "MiB".into(),
+            });
+        }
+    }
 
     // Prepare (copying the tree in) + sync vs cp -a + sync.
     let [ours_p, cp_p] = alternate(plan.reps, |side, rep| {
