@@ -309,15 +309,18 @@ fn prepare_created(
     for d in &plan.dirs {
         create_dirs_within(root, d, 0o755)?;
     }
-    for f in &plan.files {
-        // A file input's destination may be nested (`docs/notes.md`): its
-        // parents are made like directory inputs' (0755, never through a
-        // symlink).
-        if let Some((parent, _)) = f.dest.rsplit_once('/') {
-            create_dirs_within(root, parent, 0o755)?;
-        }
-        copy_new_file(&f.source, &root.join(&f.dest), f.mode)?;
+    // A file input's destination may be nested (`docs/notes.md`): its
+    // parents are made like directory inputs' (0755, never through a
+    // symlink), each once, before the files are copied on a few threads.
+    let parents: std::collections::BTreeSet<&str> = plan
+        .files
+        .iter()
+        .filter_map(|f| f.dest.rsplit_once('/').map(|(parent, _)| parent))
+        .collect();
+    for parent in parents {
+        create_dirs_within(root, parent, 0o755)?;
     }
+    copy_all(&plan.files, root)?;
     create_dirs_within(root, &plan.working_directory, 0o755)?;
 
     let (seeded_bytes, seeded_objects) = tree::seeded_totals(root, 0)?;
@@ -365,18 +368,63 @@ fn prepare_created(
     })
 }
 
+/// Copies every planned file into `root` on a few threads (the copies are
+/// in-kernel; a second core keeps a second one going). Stops at the first
+/// failure, which is returned (the caller removes the half-made root).
+fn copy_all(files: &[crate::manifest::PlannedFile], root: &Path) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 4)
+        .min(files.len().max(1));
+    let errors: Vec<WsError> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Option<WsError> {
+                    while !failed.load(Ordering::Relaxed) {
+                        let f = files.get(next.fetch_add(1, Ordering::Relaxed))?;
+                        if let Err(e) = copy_new_file(&f.source, &root.join(&f.dest), f.mode) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Some(e);
+                        }
+                    }
+                    None
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Some(WsError::InvalidRequest("a copy worker panicked".into()))
+                })
+            })
+            .collect()
+    });
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Copies `src` to a new file `dst` (which must not exist) with `mode`.
-/// `fs::copy` uses in-kernel copy (and reflinks where possible).
+/// The copy is in-kernel (`copy_file_range`, which reflinks where the file
+/// system can).
 pub(crate) fn copy_new_file(src: &Path, dst: &Path, mode: u32) -> Result<()> {
-    // Exclusive create first: a second input aimed at the same file fails
-    // here instead of silently overwriting the first.
-    fs::OpenOptions::new()
+    let mut input = fs::File::open(src).map_err(|e| WsError::io_at("read", src, e))?;
+    // Exclusive create: a second input aimed at the same file fails here
+    // instead of silently overwriting the first.
+    let mut output = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(dst)
         .map_err(|e| WsError::io_at("create", dst, e))?;
-    fs::copy(src, dst).map_err(|e| WsError::io_at("copy into", dst, e))?;
-    fs::set_permissions(dst, fs::Permissions::from_mode(mode))
+    std::io::copy(&mut input, &mut output).map_err(|e| WsError::io_at("copy into", dst, e))?;
+    output
+        .set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| WsError::io_at("chmod", dst, e))
 }
