@@ -89,40 +89,28 @@ pub(crate) fn serve_bounded(
     max_bytes: u64,
     max_files: u64,
 ) -> Result<Server> {
-    let reg = reg.display().to_string();
     let (b, f) = (max_bytes.to_string(), max_files.to_string());
-    let mut s = Server::spawn_with(
-        bin,
-        &[
-            "--registry-dir",
-            &reg,
-            "--workspace-id",
-            ws,
-            "--timeout",
-            "600s",
-            "--max-bytes",
-            &b,
-            "--max-files",
-            &f,
-        ],
-    )?;
-    s.initialize()?;
-    Ok(s)
+    serve_with(bin, reg, ws, &["--max-bytes", &b, "--max-files", &f])
 }
 
 fn serve(bin: &Path, reg: &Path, ws: &str) -> Result<Server> {
+    serve_with(bin, reg, ws, &[])
+}
+
+/// A workspace-profile server over registry `reg` and workspace `ws`, a
+/// 600 s deadline and `extra` flags, initialized.
+fn serve_with(bin: &Path, reg: &Path, ws: &str, extra: &[&str]) -> Result<Server> {
     let reg = reg.display().to_string();
-    let mut s = Server::spawn_with(
-        bin,
-        &[
-            "--registry-dir",
-            &reg,
-            "--workspace-id",
-            ws,
-            "--timeout",
-            "600s",
-        ],
-    )?;
+    let mut args = vec![
+        "--registry-dir",
+        &reg,
+        "--workspace-id",
+        ws,
+        "--timeout",
+        "600s",
+    ];
+    args.extend_from_slice(extra);
+    let mut s = Server::spawn_with(bin, &args)?;
     s.initialize()?;
     Ok(s)
 }

@@ -194,6 +194,17 @@ fn peer_then_sync(cmd: &str, top: &Path, work: Work, synced: &mut Vec<Run>) -> R
     Ok(run)
 }
 
+/// `cp -a src dst && sync`, timed as one run of `bytes`.
+fn cp_a_sync(src: &Path, dst: &Path, top: &Path, bytes: u64) -> Result<Run> {
+    time_one_all_cpu(|| {
+        sh(
+            &format!("cp -a {} {} && sync", src.display(), dst.display()),
+            top,
+        )?;
+        Ok(Work { ops: 1, bytes })
+    })
+}
+
 fn file_len(p: &Path) -> u64 {
     fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
@@ -499,17 +510,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             first_ids.push((reg, id));
             Ok(one(run))
         } else {
-            let dst = top.join(format!("cp{rep}"));
-            time_one_all_cpu(|| {
-                sh(
-                    &format!("cp -a {} {} && sync", root.display(), dst.display()),
-                    &top,
-                )?;
-                Ok(Work {
-                    ops: 1,
-                    bytes: tree_bytes,
-                })
-            })
+            cp_a_sync(&root, &top.join(format!("cp{rep}")), &top, tree_bytes)
         }
     })?;
     let first_ours = ours.clone();
@@ -746,17 +747,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
                 })
             })
         } else {
-            let dst = top.join(format!("cp-prep{rep}"));
-            time_one_all_cpu(|| {
-                sh(
-                    &format!("cp -a {} {} && sync", src.display(), dst.display()),
-                    &top,
-                )?;
-                Ok(Work {
-                    ops: 1,
-                    bytes: tree_bytes,
-                })
-            })
+            cp_a_sync(&src, &top.join(format!("cp-prep{rep}")), &top, tree_bytes)
         }
     })?;
     figures.push(Figure::new(
@@ -786,16 +777,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
                 })
             })
         } else {
-            time_one_all_cpu(|| {
-                sh(
-                    &format!("cp -a {} {} && sync", src.display(), dst.display()),
-                    &top,
-                )?;
-                Ok(Work {
-                    ops: 1,
-                    bytes: tree_bytes,
-                })
-            })
+            cp_a_sync(&src, &dst, &top, tree_bytes)
         }
     })?;
     figures.push(Figure::new(

@@ -469,21 +469,12 @@ mod tests {
     use super::*;
     use crate::fsutil::hex;
 
-    fn scanned(path: &str, size: u64) -> Scanned {
-        Scanned {
-            path: path.into(),
-            size,
-            mode: 0o644,
-            mtime_ns: 1,
-            ctime_ns: 2,
-            ino: 3,
-            nlink: 1,
-        }
-    }
-
     #[test]
     fn a_tree_manifest_loads_as_the_flat_manifest_it_stands_for() {
-        let files = vec![scanned("a.txt", 3), scanned("d/b \"q\".bin", 0)];
+        let files = vec![
+            Scanned::for_test("a.txt", 3),
+            Scanned::for_test("d/b \"q\".bin", 0),
+        ];
         let produced: Vec<[u8; 32]> = vec![[0xab; 32], [0xcd; 32]];
         let object = ObjectEntry {
             bucket: "other".into(),

@@ -44,6 +44,22 @@ impl Scanned {
     }
 }
 
+#[cfg(test)]
+impl Scanned {
+    /// A regular file of `size` bytes at `path`, mode 0644, one link.
+    pub(super) fn for_test(path: &str, size: u64) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            ino: 3,
+            nlink: 1,
+        }
+    }
+}
+
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Scan {
     pub(super) files: Vec<Scanned>,

@@ -468,26 +468,14 @@ mod tests {
     use super::*;
     use crate::checkpoint::scan::Scanned;
 
-    fn scanned(path: &str, size: u64) -> Scanned {
-        Scanned {
-            path: path.into(),
-            size,
-            mode: 0o644,
-            mtime_ns: 1,
-            ctime_ns: 1,
-            ino: 1,
-            nlink: 1,
-        }
-    }
-
     fn sample() -> (Scan, Vec<[u8; 32]>) {
         // Path order, as a scan sorts: "a.txt" < "a/…" < "b".
         let scan = Scan {
             files: vec![
-                scanned("a.txt", 1),
-                scanned("a/x", 2),
-                scanned("a/y/z", 3),
-                scanned("b/x", 2),
+                Scanned::for_test("a.txt", 1),
+                Scanned::for_test("a/x", 2),
+                Scanned::for_test("a/y/z", 3),
+                Scanned::for_test("b/x", 2),
             ],
             dirs: ["a", "a/y", "b", "e"]
                 .iter()
