@@ -1,31 +1,27 @@
 //! Capture: scan, admit, copy new payloads into the blob store, check the
 //! tree is unchanged, publish (see `publish`).
 
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use super::blobs::{
-    blob_ok, discard, discard_pairs, stage_bytes, stage_known, stage_reader, Payload, StageError,
-};
+use super::admit::{admit, RetentionCaps};
+use super::blobs::{blob_ok, discard_pairs, stage_bytes, stage_known, Payload};
 use super::format::{
     check_belongs, summaries, CheckpointResult, FileProps, Ignored, ManifestView, ObjectEntry,
     Summary,
 };
 use super::monitor::{node_unchanged, CaptureKey, Kept, TreeMonitor};
 use super::objects::{snapshot_objects, ObjectSnapshot};
+use super::produce::{cache_entries, cached_digests, produce_all};
 use super::publish;
 use super::scan::Scan;
-use super::scan::{scan, tree_changes, Scanned};
+use super::scan::{scan, tree_changes};
 use super::tree;
 use super::{cache_path, now_ns, state};
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, hex, now_rfc3339, random_hex, FileLock};
 use crate::paths::check_checkpoint_id;
 use crate::progress::{PhaseClock, Progress};
-use crate::registry::{min_bound, Registry};
+use crate::registry::Registry;
 use crate::statcache::FileStamp;
-use crate::statcache::{unhex32, CacheEntry, StatCache};
+use crate::statcache::StatCache;
 use crate::watch::{Changes, TreeWatch};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -59,46 +55,13 @@ pub struct CaptureOptions<'a> {
 }
 
 impl CaptureOptions<'_> {
-    fn check_deadline(&self) -> Result<()> {
+    pub(super) fn check_deadline(&self) -> Result<()> {
         match self.deadline {
             Some(d) if std::time::Instant::now() > d => Err(WsError::Cancelled(
                 "the deadline passed before the checkpoint was published".into(),
             )),
             _ => Ok(()),
         }
-    }
-}
-
-/// Cached digests for a sorted scan: both lists are in path order, so one
-/// merge pass matches them without building a map.
-pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<[u8; 32]>> {
-    let mut entries = cache.entries.iter().peekable();
-    files
-        .iter()
-        .map(|f| {
-            while entries.next_if(|c| c.path < f.path).is_some() {}
-            let c = entries.next_if(|c| c.path == f.path)?;
-            let same = c.size == f.size
-                && c.mode == f.mode
-                && c.mtime_ns == f.mtime_ns
-                && c.ctime_ns == f.ctime_ns
-                && c.ino == f.ino;
-            (same && f.mtime_ns < cache.scan_start_ns).then_some(c.sha256)
-        })
-        .collect()
-}
-
-/// The payloads of a capture's files: every file's digest (scan order;
-/// `None` where it was not produced) and the new blobs staged for them.
-#[derive(Default)]
-pub(super) struct Produced {
-    pub(super) digests: Vec<Option<[u8; 32]>>,
-    pub(super) staged: Vec<(Payload, u64)>,
-}
-
-impl Produced {
-    fn discard(&self) {
-        discard_pairs(&self.staged);
     }
 }
 
@@ -643,221 +606,5 @@ fn capture_scanned(
         links: before.links.len() as u64,
         skipped: before.skipped.clone(),
         ignored: ignored_view,
-    })
-}
-
-/// Stat-cache entries for the scanned `files` whose digest is known and
-/// that `keep` accepts.
-fn cache_entries(
-    files: &[Scanned],
-    digests: &[Option<[u8; 32]>],
-    keep: impl Fn(&Scanned) -> bool,
-) -> Vec<CacheEntry> {
-    files
-        .iter()
-        .zip(digests)
-        .filter_map(|(f, d)| {
-            let sha256 = (*d)?;
-            keep(f).then(|| CacheEntry {
-                path: f.path.clone(),
-                size: f.size,
-                mode: f.mode,
-                mtime_ns: f.mtime_ns,
-                ctime_ns: f.ctime_ns,
-                ino: f.ino,
-                sha256,
-            })
-        })
-        .collect()
-}
-
-/// A workspace's retention caps (0 = unlimited); a workspace not
-/// registered here (an imported checkpoint's) has none.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct RetentionCaps {
-    pub max_checkpoints: u64,
-    pub max_checkpoint_bytes: u64,
-}
-
-impl RetentionCaps {
-    pub(crate) fn of(rec: &crate::registry::Record) -> RetentionCaps {
-        RetentionCaps {
-            max_checkpoints: rec.max_checkpoints,
-            max_checkpoint_bytes: rec.max_checkpoint_bytes,
-        }
-    }
-}
-
-/// Admits a new checkpoint of `bytes` for workspace `ws` under its
-/// retention caps and the partition's standing policy; refuses rather
-/// than evicting. `all`: every checkpoint of the registry partition.
-pub(crate) fn admit(
-    registry: &Registry,
-    ws: &str,
-    caps: RetentionCaps,
-    bytes: u64,
-    all: &[Summary],
-) -> Result<()> {
-    let mine: Vec<&Summary> = all.iter().filter(|s| s.workspace_id == ws).collect();
-    let my_bytes: u64 = mine.iter().map(|s| s.bytes).sum();
-    if caps.max_checkpoints > 0 && mine.len() as u64 >= caps.max_checkpoints {
-        return Err(WsError::CapacityExceeded(format!(
-            "workspace {ws} retains {} checkpoints, at its limit of {}; delete one first",
-            mine.len(),
-            caps.max_checkpoints
-        )));
-    }
-    if caps.max_checkpoint_bytes > 0 && my_bytes + bytes > caps.max_checkpoint_bytes {
-        return Err(WsError::CapacityExceeded(format!(
-            "retained checkpoint bytes {} + {bytes} would exceed the limit of {}",
-            my_bytes, caps.max_checkpoint_bytes
-        )));
-    }
-    let policy = registry.policy()?;
-    let total_bytes: u64 = all.iter().map(|s| s.bytes).sum();
-    if min_bound(policy.max_checkpoints, 0) > 0 && all.len() as u64 >= policy.max_checkpoints {
-        return Err(WsError::CapacityExceeded(format!(
-            "the registry retains {} checkpoints, at its policy limit of {}",
-            all.len(),
-            policy.max_checkpoints
-        )));
-    }
-    if policy.max_checkpoint_bytes > 0 && total_bytes + bytes > policy.max_checkpoint_bytes {
-        return Err(WsError::CapacityExceeded(format!(
-            "registry checkpoint bytes {total_bytes} + {bytes} would exceed the policy limit of {}",
-            policy.max_checkpoint_bytes
-        )));
-    }
-    Ok(())
-}
-/// Produces the payload of every file whose digest is not known yet
-/// (`digests`, in scan order): hashed and staged on a few threads. On a
-/// failure the other files are still produced when the failure is the
-/// tree changing (their progress is worth keeping), and the partial result
-/// comes back with the error.
-pub(super) fn produce_all(
-    registry: &Registry,
-    root: &Path,
-    tmp: &Path,
-    files: &[Scanned],
-    mut digests: Vec<Option<[u8; 32]>>,
-    opts: &CaptureOptions,
-) -> std::result::Result<Produced, (Produced, WsError)> {
-    // Cached digests need no I/O: the cache is dropped whenever GC deletes
-    // blobs, so a digest it holds names a blob that still exists.
-    let todo: Vec<usize> = (0..files.len()).filter(|&i| digests[i].is_none()).collect();
-    let total: u64 = todo.iter().map(|&i| files[i].size).sum();
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let next = AtomicUsize::new(0);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 4)
-        .min(todo.len().max(1));
-    let outcomes: Vec<Vec<(usize, Result<Payload>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut local = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        if k >= todo.len() || failed.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let i = todo[k];
-                        let r = opts
-                            .check_deadline()
-                            .and_then(|()| produce_one(registry, root, tmp, &files[i]));
-                        if matches!(&r, Err(e) if !matches!(e, WsError::WorkspaceChanged(_))) {
-                            failed.store(true, Ordering::Relaxed);
-                        }
-                        local.push((i, r));
-                        if let Some(p) = opts.progress {
-                            let size = files[i].size;
-                            let now = done.fetch_add(size, Ordering::Relaxed) + size;
-                            p.update("capture", now, total);
-                        }
-                    }
-                    local
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let mut first_err = None;
-    let mut staged = Vec::new();
-    for (i, r) in outcomes.into_iter().flatten() {
-        match r.map(|p| {
-            let sha = unhex32(&p.sha256)
-                .ok_or_else(|| WsError::InvalidRequest("a capture digest is malformed".into()));
-            (sha, p)
-        }) {
-            Ok((Ok(sha), p)) => {
-                digests[i] = Some(sha);
-                if p.staged.is_some() {
-                    staged.push((p, files[i].size));
-                }
-            }
-            Ok((Err(e), p)) => {
-                discard(std::slice::from_ref(&p));
-                first_err.get_or_insert(e);
-            }
-            Err(e) => {
-                // Prefer reporting a failure that is not the tree changing.
-                if !matches!(e, WsError::WorkspaceChanged(_))
-                    || !matches!(first_err, Some(WsError::WorkspaceChanged(_)) | None)
-                {
-                    first_err = Some(e);
-                } else {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-    }
-    let produced = Produced { digests, staged };
-    if let Some(e) = first_err {
-        return Err((produced, e));
-    }
-    if produced.digests.iter().any(Option::is_none) {
-        let e = WsError::InvalidRequest("a capture worker failed".into());
-        return Err((produced, e));
-    }
-    Ok(produced)
-}
-
-pub(super) fn produce_one(
-    registry: &Registry,
-    root: &Path,
-    tmp: &Path,
-    file: &Scanned,
-) -> Result<Payload> {
-    // Hash and stage in one read. Staging even when the blob may already
-    // exist keeps this single-pass; the duplicate is dropped at publication.
-    let src = root.join(&file.path);
-    // Never through a link; a file that went away (or became something
-    // else) since the scan listed it is the tree changing, not an I/O
-    // failure.
-    let mut input = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&src)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::EISDIR) => {
-                WsError::WorkspaceChanged(format!(
-                    "{} was removed or replaced while it was copied",
-                    file.path
-                ))
-            }
-            _ => WsError::io_at("read", &src, e),
-        })?;
-    stage_reader(registry, tmp, &mut input, file.size).map_err(|e| match e {
-        StageError::Io(e) => WsError::io_at("copy", &src, e),
-        StageError::Size { .. } => {
-            WsError::WorkspaceChanged(format!("{} changed size while it was copied", file.path))
-        }
     })
 }

@@ -30,6 +30,7 @@
 //! lock (which every capture also holds) and deletes only blobs no published
 //! manifest names; it refuses to run when any manifest is unreadable.
 
+mod admit;
 mod blobs;
 mod capture;
 mod check;
@@ -40,6 +41,7 @@ mod gc;
 mod materialize;
 mod monitor;
 mod objects;
+mod produce;
 mod publish;
 mod scan;
 mod tree;
@@ -64,12 +66,12 @@ pub use gc::{gc, GcResult};
 pub use materialize::verify;
 pub use monitor::TreeMonitor;
 
+pub(crate) use admit::{admit, RetentionCaps};
 pub(crate) use blobs::{
     blob_ok, blob_path, discard, open_verified, read_blob, stage_bytes, stage_known, stage_reader,
     Payload, StageError,
 };
 pub(crate) use capture::capture_locked;
-pub(crate) use capture::{admit, RetentionCaps};
 pub(crate) use delete::delete_workspace_checkpoints;
 pub(crate) use diff::{diff_buckets, diff_files_exact, diff_objects};
 pub(crate) use format::object_as_file;
