@@ -8,6 +8,7 @@ mod progress;
 mod receipts;
 mod remote;
 mod serve;
+mod watch;
 mod workspace;
 
 use std::path::PathBuf;

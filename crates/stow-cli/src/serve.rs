@@ -169,6 +169,15 @@ pub fn run_workspace(
         args.max_bytes,
         args.max_objects,
     )?;
+    // CLI captures of the served workspace read only what changed while
+    // the server runs (another `workspace watch` may already serve them).
+    let _watch = match stow_workspace::watch_service::WatchService::start(registry, &args.id) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "captures of this workspace are not watched");
+            None
+        }
+    };
     let quota = served.quota;
     let max_uploads = served.view.store().options().max_uploads;
     let description = serde_json::to_value(&served.description).map_err(|e| {

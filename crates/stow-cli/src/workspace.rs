@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use stow_workspace::admin::{self, PolicyUpdate};
 use stow_workspace::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_workspace::checkpoint;
 use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
 use stow_workspace::handoff::AdoptOptions;
-use stow_workspace::keyed::{keyed_capture, KeyedRequest};
 use stow_workspace::restore::{self, RestoreLimits};
+use stow_workspace::watch_service::{self, CaptureReply, CaptureRequest};
 use stow_workspace::{handoff, open};
 use stow_workspace::{Registry, WsError};
 
@@ -266,6 +266,15 @@ pub enum WorkspaceCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Keep a watch over the workspace's tree for later captures: `workspace
+    /// checkpoint` then reads only what changed. Prints one JSON line when
+    /// ready; runs until SIGINT or SIGTERM.
+    Watch {
+        #[arg(long)]
+        id: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// Compare two checkpoints.
     Diff {
         #[arg(long)]
@@ -350,17 +359,30 @@ pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliEr
     })
 }
 
-/// The keyed form prints its envelope even when it carries an error, and
-/// then exits 1 (the envelope, not `{"error"}`, is the one JSON document).
-fn keyed(registry: &Registry, req: KeyedRequest) -> Result<serde_json::Value, CliError> {
-    let env = keyed_capture(registry, &req);
-    match &env.error {
-        None => json(env),
-        Some(err) => {
-            crate::diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
-            crate::print_json(&json(&env)?);
+/// A capture's reply as the CLI answers it. The keyed form prints its
+/// envelope even when it carries an error, and then exits 1 (the envelope,
+/// not `{"error"}`, is the one JSON document).
+fn captured(reply: CaptureReply) -> Result<serde_json::Value, CliError> {
+    match reply {
+        CaptureReply::Captured { result } => Ok(result),
+        CaptureReply::Keyed {
+            envelope,
+            failed: false,
+        } => Ok(envelope),
+        CaptureReply::Keyed {
+            envelope,
+            failed: true,
+        } => {
+            let field = |k: &str| envelope["error"][k].as_str().unwrap_or("").to_string();
+            crate::diagnose(format_args!(
+                "stow-s3: {} ({})",
+                field("message"),
+                field("code")
+            ));
+            crate::print_json(&envelope);
             std::process::exit(1);
         }
+        CaptureReply::Refused { code, message } => Err(CliError { code, message }),
     }
 }
 
@@ -455,40 +477,26 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             timeout,
             registry,
         } => {
-            if request_key.is_some() || resolve {
-                return keyed(
-                    &registry.open()?,
-                    KeyedRequest {
-                        workspace_id: &id,
-                        request_key: request_key.as_deref().unwrap_or(""),
-                        resolve,
-                        timeout: timeout
-                            .as_deref()
-                            .and_then(crate::parse_duration)
-                            .unwrap_or_default(),
-                        parent,
-                        max_bytes,
-                        max_files,
-                        include_sensitive,
-                        portable,
-                        no_ignore,
-                        monitor: None,
-                    },
-                );
-            }
-            let bar = TerminalBar::for_stderr();
-            let opts = CaptureOptions {
+            let req = CaptureRequest {
+                workspace_id: id,
                 parent,
                 max_bytes,
                 max_files,
                 include_sensitive,
-                no_ignore,
                 portable,
-                progress: bar.as_ref().map(|b| b as &dyn Progress),
-                ..CaptureOptions::default()
+                no_ignore,
+                request_key,
+                resolve,
+                timeout_nanos: timeout
+                    .as_deref()
+                    .and_then(crate::parse_duration)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             };
-            json(checkpoint::capture(&registry.open()?, &id, &opts)?)
+            let bar = TerminalBar::for_stderr();
+            let progress = bar.as_ref().map(|b| b as &dyn Progress);
+            captured(watch_service::capture(&registry.open()?, &req, progress))
         }
+        C::Watch { id, registry } => crate::watch::run(&registry.open()?, &id),
         C::Adopt {
             handoff: doc,
             remote,

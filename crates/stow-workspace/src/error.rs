@@ -56,6 +56,8 @@ pub enum WsError {
     /// A live session owns the workspace.
     #[error("workspace {0} is in use by a live session")]
     InUse(String),
+    #[error("workspace {0} is already watched by another process (`workspace watch` or `workspace serve`)")]
+    AlreadyWatched(String),
     /// The operation is refused for this workspace (adopted, home, cwd, ...).
     #[error("refused: {0}")]
     Refused(String),
@@ -120,7 +122,7 @@ impl WsError {
             WsError::DeltaConflict(_) => "delta_conflict",
             WsError::InvalidDelta(_) => "invalid_delta",
             WsError::PartialImport { .. } => "partial_import",
-            WsError::InUse(_) => "in_use",
+            WsError::InUse(_) | WsError::AlreadyWatched(_) => "in_use",
             WsError::Refused(_) => "refused",
             WsError::Git { .. } => "git_failed",
             WsError::InProgress(_) => "in_progress",

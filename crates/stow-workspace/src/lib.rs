@@ -29,6 +29,7 @@ pub mod restore;
 mod statcache;
 pub mod tree;
 mod watch;
+pub mod watch_service;
 
 pub use error::{Result, WsError};
 pub use manifest::{Plan, TaskManifest};

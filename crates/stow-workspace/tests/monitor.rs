@@ -279,3 +279,37 @@ fn a_change_during_a_monitored_capture_is_refused_and_seen_by_the_next() {
     let seed = m.files.iter().find(|f| f.path == "a/b/seed.txt").unwrap();
     assert_eq!(seed.size, "changed during the capture".len() as u64);
 }
+
+/// Through the watch service (what `workspace watch` hosts and a CLI
+/// capture reaches over its socket): the same agreement with the tree, and
+/// the service's monitor is the one keeping the watch.
+#[test]
+fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
+    use stow_workspace::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+    let w = setup();
+    let root = w.ws.root.clone();
+    let service = WatchService::start(&w.reg, &w.ws.workspace_id).unwrap();
+    assert!(service.socket_path().exists());
+    let mut rng = Rng(0x5eed_0005);
+    let mut log = Vec::new();
+    let req = CaptureRequest {
+        workspace_id: w.ws.workspace_id.clone(),
+        ..Default::default()
+    };
+    for step in 0..30 {
+        for _ in 0..=rng.below(3) {
+            log.push(edit(&root, &mut rng, step));
+        }
+        let truth = walk(&root);
+        let CaptureReply::Captured { result } = watch_service::capture(&w.reg, &req, None) else {
+            panic!("step {step}: not captured");
+        };
+        assert!(
+            service.is_watching(),
+            "step {step}: the service keeps no watch"
+        );
+        let id = result["checkpoint_id"].as_str().unwrap();
+        let m = checkpoint::load_manifest(&w.reg, id).unwrap();
+        assert_eq!(truth_of(&m), truth, "step {step}; edits: {log:#?}");
+    }
+}
