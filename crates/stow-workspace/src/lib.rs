@@ -20,6 +20,7 @@ mod ignorefile;
 pub mod keyed;
 pub mod manifest;
 pub mod open;
+mod parallel;
 pub mod paths;
 mod prepare;
 pub mod progress;

@@ -320,7 +320,10 @@ fn prepare_created(
     for parent in parents {
         create_dirs_within(root, parent, 0o755)?;
     }
-    copy_all(&plan.files, root)?;
+    // The Git checkouts are in place; the identity of the whole tree is
+    // hashed while the files are copied.
+    let present = tree::identity_files(root)?;
+    let base_identity = copy_all(&plan.files, root, present)?;
     create_dirs_within(root, &plan.working_directory, 0o755)?;
 
     let (seeded_bytes, seeded_objects) = tree::seeded_totals(root, 0)?;
@@ -348,7 +351,6 @@ fn prepare_created(
     // if the first write raced a concurrent registry edit.
     rec.working_directory = Some(working_dir.clone());
     registry.put(&rec)?;
-    let base_identity = tree::base_identity(root)?;
     record_base_identity(root, &base_identity)?;
     Ok(WorkspaceResult {
         version: 1,
@@ -368,45 +370,94 @@ fn prepare_created(
     })
 }
 
-/// Copies every planned file into `root` on a few threads (the copies are
-/// in-kernel; a second core keeps a second one going). Stops at the first
-/// failure, which is returned (the caller removes the half-made root).
-fn copy_all(files: &[crate::manifest::PlannedFile], root: &Path) -> Result<()> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
+/// Copies every planned file into `root` on a few threads, a directory
+/// at a time (see `parallel`), and returns the `base_identity` of the
+/// resulting tree: `present` (the regular files already there, in walk
+/// order) and the copies. One more thread hashes the identity meanwhile,
+/// in walk order, reading each copy as soon as it is complete, so the
+/// tree is not read again afterwards. Stops at the first failure.
+fn copy_all(
+    files: &[crate::manifest::PlannedFile],
+    root: &Path,
+    present: Vec<(String, PathBuf)>,
+) -> Result<String> {
+    use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Condvar, Mutex};
+    // Grouped by directory, so each thread creates in a directory of its own.
+    let mut order: Vec<&crate::manifest::PlannedFile> = files.iter().collect();
+    order.sort_by(|a, b| (parent_dir(&a.dest), &a.dest).cmp(&(parent_dir(&b.dest), &b.dest)));
+    let work: Vec<(usize, &crate::manifest::PlannedFile)> = order.into_iter().enumerate().collect();
+    // Everything the identity covers, in walk order: what was there, and
+    // each copy (by its index in `work`).
+    let mut covered: Vec<(&str, Result<PathBuf, usize>)> = present
+        .iter()
+        .map(|(rel, path)| (rel.as_str(), Ok(path.clone())))
+        .chain(
+            work.iter()
+                .filter(|(_, f)| !tree::identity_excludes(&f.dest))
+                .map(|(i, f)| (f.dest.as_str(), Err(*i))),
+        )
+        .collect();
+    covered.sort_by(|a, b| tree::walk_order(a.0, b.0));
+    let copied: Vec<AtomicBool> = work.iter().map(|_| AtomicBool::new(false)).collect();
     let failed = AtomicBool::new(false);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 4)
-        .min(files.len().max(1));
-    let errors: Vec<WsError> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> Option<WsError> {
-                    while !failed.load(Ordering::Relaxed) {
-                        let f = files.get(next.fetch_add(1, Ordering::Relaxed))?;
-                        if let Err(e) = copy_new_file(&f.source, &root.join(&f.dest), f.mode) {
-                            failed.store(true, Ordering::Relaxed);
-                            return Some(e);
-                        }
-                    }
-                    None
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .filter_map(|w| {
-                w.join().unwrap_or_else(|_| {
-                    Some(WsError::InvalidRequest("a copy worker panicked".into()))
-                })
-            })
-            .collect()
+    let signal = (Mutex::new(()), Condvar::new());
+    let wake = || {
+        drop(signal.0.lock().unwrap_or_else(|e| e.into_inner()));
+        signal.1.notify_all();
+    };
+    let identity = || -> Result<Option<String>> {
+        let mut h = <sha2::Sha256 as sha2::Digest>::new();
+        let mut buf = vec![0u8; 256 << 10];
+        for (rel, at) in &covered {
+            let path = match at {
+                Ok(p) => p.clone(),
+                Err(i) => {
+                    let guard = signal.0.lock().unwrap_or_else(|e| e.into_inner());
+                    let _guard = signal
+                        .1
+                        .wait_while(guard, |_| {
+                            !copied[*i].load(Ordering::Acquire) && !failed.load(Ordering::Acquire)
+                        })
+                        .unwrap_or_else(|e| e.into_inner());
+                    root.join(rel)
+                }
+            };
+            if failed.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            tree::feed_identity(&mut h, rel, &path, &mut buf)?;
+        }
+        Ok(Some(tree::finish_identity(h)))
+    };
+    let (copies, identity) = std::thread::scope(|s| {
+        let identity = s.spawn(identity);
+        let copies = for_each_in_dir_runs(
+            &work,
+            |(_, f)| parent_dir(&f.dest),
+            worker_threads(work.len()),
+            || (),
+            |_, (i, f)| {
+                let r = copy_new_file(&f.source, &root.join(&f.dest), f.mode);
+                match &r {
+                    Ok(()) => copied[*i].store(true, Ordering::Release),
+                    Err(_) => failed.store(true, Ordering::Release),
+                }
+                wake();
+                r
+            },
+        );
+        (copies, identity.join())
     });
-    match errors.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
+    copies?;
+    match identity {
+        Ok(Ok(Some(id))) => Ok(id),
+        Ok(Ok(None)) => Err(WsError::InvalidRequest("prepare stopped early".into())),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(WsError::InvalidRequest(
+            "the identity worker panicked".into(),
+        )),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -32,11 +32,66 @@ pub fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
 /// path, NUL, bytes, NUL.
 pub fn base_identity(root: &Path) -> Result<String> {
     let mut h = Sha256::new();
-    identity_walk(root, "", 0, &mut h)?;
-    Ok(format!("sha256:{}", hex(&h.finalize())))
+    let mut buf = vec![0u8; 256 << 10];
+    for (rel, path) in identity_files(root)? {
+        feed_identity(&mut h, &rel, &path, &mut buf)?;
+    }
+    Ok(finish_identity(h))
 }
 
-fn identity_walk(dir: &Path, rel: &str, depth: usize, h: &mut Sha256) -> Result<()> {
+/// The regular files `base_identity` covers, in its order: slash path (as
+/// hashed) and the file.
+pub fn identity_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut files = Vec::new();
+    identity_walk(root, "", 0, &mut files)?;
+    Ok(files)
+}
+
+/// Whether a slash path lies where `base_identity` never looks (under a
+/// root-level `.stow`, or a `.git` anywhere).
+pub fn identity_excludes(rel: &str) -> bool {
+    rel.split('/')
+        .enumerate()
+        .any(|(depth, name)| excluded(depth, name))
+}
+
+/// The order of `base_identity`'s walk over slash paths: names compared
+/// per directory level.
+pub fn walk_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+/// Feeds one file to a `base_identity` hash: slash path, NUL, bytes, NUL.
+pub(crate) fn feed_identity(h: &mut Sha256, rel: &str, path: &Path, buf: &mut [u8]) -> Result<()> {
+    h.update(rel.as_bytes());
+    h.update([0u8]);
+    let mut f = fs::File::open(path).map_err(|e| WsError::io_at("read", path, e))?;
+    loop {
+        let n = match f.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(WsError::io_at("read", path, e)),
+        };
+        if n == 0 {
+            break;
+        }
+        h.update(buf.get(..n).unwrap_or_default());
+    }
+    h.update([0u8]);
+    Ok(())
+}
+
+/// The `base_identity` string of a finished hash.
+pub(crate) fn finish_identity(h: Sha256) -> String {
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+fn identity_walk(
+    dir: &Path,
+    rel: &str,
+    depth: usize,
+    files: &mut Vec<(String, PathBuf)>,
+) -> Result<()> {
     for entry in sorted_entries(dir)? {
         let name = entry.file_name().to_string_lossy().into_owned();
         if excluded(depth, &name) {
@@ -52,22 +107,9 @@ fn identity_walk(dir: &Path, rel: &str, depth: usize, h: &mut Sha256) -> Result<
             .file_type()
             .map_err(|e| WsError::io_at("stat", &path, e))?;
         if ft.is_dir() {
-            identity_walk(&path, &child, depth + 1, h)?;
+            identity_walk(&path, &child, depth + 1, files)?;
         } else if ft.is_file() {
-            h.update(child.as_bytes());
-            h.update([0u8]);
-            let mut f = fs::File::open(&path).map_err(|e| WsError::io_at("read", &path, e))?;
-            let mut buf = vec![0u8; 64 << 10];
-            loop {
-                let n = f
-                    .read(&mut buf)
-                    .map_err(|e| WsError::io_at("read", &path, e))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            h.update([0u8]);
+            files.push((child, path));
         }
         // Symbolic links (never followed) and special files carry no
         // bytes of their own: the identity covers regular files.

@@ -552,6 +552,51 @@ fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
 }
 
 #[test]
+fn staging_directories_go_with_their_capture_and_gc_clears_a_crashed_one() {
+    // Enough new files that each producing thread stages into a directory
+    // of its own.
+    let w = setup("");
+    for i in 0..200 {
+        let d = w.ws.root.join(format!("many/d{}", i % 9));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join(format!("f{i}.txt")), format!("payload {i}")).unwrap();
+    }
+    let tmp = w.reg.dir().join(".stow/tmp");
+    let late = || std::thread::sleep(std::time::Duration::from_millis(60));
+    let err = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(30)),
+            after_copy: Some(&late),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "cancelled");
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "a cancelled capture left staging behind"
+    );
+    assert_eq!(cap(&w).files, 202);
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "a capture left staging behind"
+    );
+    // What a killed capture leaves: a staging directory with a staged file.
+    fs::create_dir_all(tmp.join("0123abcd.1")).unwrap();
+    fs::write(tmp.join("0123abcd.1/5f2e"), "half").unwrap();
+    checkpoint::gc(&w.reg).unwrap();
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "gc left a crashed capture's staging"
+    );
+}
+
+#[test]
 fn capture_and_restore_report_progress_up_to_the_total() {
     use std::sync::Mutex;
     use stow_workspace::progress::Progress;

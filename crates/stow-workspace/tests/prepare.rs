@@ -333,6 +333,87 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// `base_identity` as workspace.md §4.2 defines it, computed here without
+/// the library: regular files in lexical order per directory, root-level
+/// `.stow` and `.git` anywhere skipped; path, NUL, bytes, NUL.
+fn reference_identity(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    fn walk(dir: &Path, rel: &str, depth: usize, h: &mut Sha256) {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            let n = name.to_str().unwrap();
+            if n.eq_ignore_ascii_case(".git") || (depth == 0 && n.eq_ignore_ascii_case(".stow")) {
+                continue;
+            }
+            let path = dir.join(&name);
+            let child = if rel.is_empty() {
+                n.to_string()
+            } else {
+                format!("{rel}/{n}")
+            };
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                walk(&path, &child, depth + 1, h);
+            } else if meta.is_file() {
+                h.update(child.as_bytes());
+                h.update([0u8]);
+                h.update(fs::read(&path).unwrap());
+                h.update([0u8]);
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    walk(root, "", 0, &mut h);
+    format!("sha256:{:x}", h.finalize())
+}
+
+#[test]
+fn the_identity_hashed_while_copying_is_the_trees() {
+    // A Git checkout, inputs landing inside it and beside it, many files
+    // over many directories, and names whose walk order differs from a
+    // plain sort of whole paths ("a/x" before "a.txt", "a-b" after "a").
+    let f = Fixture::new();
+    let src = f.dir.join("proj");
+    fs::create_dir_all(src.join("lib")).unwrap();
+    git(&src, &["init", "-q"]);
+    fs::write(src.join("lib/b.rs"), "fn b() {}").unwrap();
+    fs::write(src.join("z.txt"), "zed").unwrap();
+    git(&src, &["add", "-A"]);
+    git(&src, &["commit", "-qm", "first"]);
+    let many = f.dir.join("many");
+    for i in 0..300 {
+        let d = many.join(format!("d{}/s{}", i % 13, i % 5));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(
+            d.join(format!("f{i}.dat")),
+            format!("payload {i}").repeat(i % 50 + 1),
+        )
+        .unwrap();
+    }
+    for name in ["a/x", "a.txt", "a-b/y", "A/upper"] {
+        let p = many.join(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, name).unwrap();
+    }
+    let m = f.manifest(
+        r#"{"version":1,"root":"ws","registry_dir":"reg",
+            "repositories":[{"source":"proj","destination":"repo","ref":"HEAD"}],
+            "inputs":[{"source":"notes.md","destination":"repo/TASK.md"},
+                      {"source":"many","destination":"tree"},
+                      {"source":"in","destination":"."}]}"#,
+    );
+    let r = prepare(&m).unwrap();
+    assert_eq!(r.base_identity, reference_identity(&r.root));
+    assert_eq!(
+        r.base_identity,
+        stow_workspace::tree::base_identity(&r.root).unwrap()
+    );
+}
+
 #[test]
 fn git_inputs_are_detached_shallow_and_leave_the_source_untouched() {
     let f = Fixture::new();

@@ -47,6 +47,13 @@ pub(crate) enum StageError {
     Size { got: u64 },
 }
 
+/// The copy buffer of [`stage_reader`], one per thread.
+const COPY_BUF_BYTES: usize = 256 << 10;
+
+thread_local! {
+    static COPY_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Copies `input` into a new staged file under `tmp` while hashing it
 /// (one pass), expecting exactly `size` bytes; reads at most `size + 1`.
 /// Returns the digest and the staged file, or deletes the stage. When a
@@ -66,12 +73,16 @@ pub(crate) fn stage_reader(
         .open(&staged)
         .map_err(StageError::Io)?;
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 << 10];
     let mut total = 0u64;
     let mut limited = input.take(size.saturating_add(1));
-    let res: std::io::Result<()> = (|| {
+    // One buffer per thread, not one 256 KiB allocation (and zeroing) per
+    // file: a first capture stages every file of the tree.
+    let res: std::io::Result<()> = COPY_BUF.with_borrow_mut(|buf| {
+        if buf.len() < COPY_BUF_BYTES {
+            buf.resize(COPY_BUF_BYTES, 0);
+        }
         loop {
-            let n = match limited.read(&mut buf) {
+            let n = match limited.read(buf) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -85,7 +96,7 @@ pub(crate) fn stage_reader(
             total += n as u64;
         }
         Ok(())
-    })();
+    });
     let refused = match res {
         Err(e) => Some(StageError::Io(e)),
         Ok(()) if total != size => Some(StageError::Size { got: total }),

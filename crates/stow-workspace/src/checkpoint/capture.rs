@@ -9,7 +9,7 @@ use super::format::{
 };
 use super::monitor::{node_unchanged, CaptureKey, Kept, TreeMonitor};
 use super::objects::{snapshot_objects, ObjectSnapshot};
-use super::produce::{cache_entries, cached_digests, produce_all};
+use super::produce::{cache_entries, cached_digests, produce_all, StageDirs};
 use super::publish;
 use super::scan::Scan;
 use super::scan::{scan, tree_changes};
@@ -332,7 +332,9 @@ fn capture_scanned(
     let tmp = state(registry).join("tmp");
     create_private_dir(&tmp)?;
     clock.lap("admit");
-    let produced = produce_all(registry, &rec.dir, &tmp, &before.files, digests, opts);
+    // Held to the end of the capture: the staged payloads lie in them.
+    let stages = StageDirs::for_capture(&tmp, &digests)?;
+    let produced = produce_all(registry, &rec.dir, &stages, &before.files, digests, opts);
     clock.lap("copy");
     // A refusal keeps its progress: what was verified and made durable
     // stays as unreferenced blobs, with stat-cache entries for the files

@@ -40,7 +40,12 @@ pub(crate) fn gc_locked(registry: &Registry) -> Result<(u64, u64)> {
     }
     if let Ok(rd) = fs::read_dir(state(registry).join("tmp")) {
         for e in rd.flatten() {
-            let _ = fs::remove_file(e.path());
+            // A capture's per-thread staging directories, left by a crash.
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = fs::remove_dir_all(e.path());
+            } else {
+                let _ = fs::remove_file(e.path());
+            }
         }
     }
     let blobs = state(registry).join("blobs");

@@ -6,8 +6,7 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
 
@@ -15,6 +14,7 @@ use super::blobs::{blob_path, verify_blob};
 use super::format::{load_manifest, object_as_file, CheckpointManifest, FileEntry};
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_dirs_within, hex};
+use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
 use crate::paths::check_checkpoint_path;
 use crate::progress::Progress;
 use crate::registry::Registry;
@@ -76,50 +76,37 @@ pub(crate) fn materialize(
     // above), so the restored tree holds exactly these files besides `.stow`.
     let mut order: Vec<&FileEntry> = m.files.iter().collect();
     order.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
-    let next = AtomicUsize::new(0);
     let total: u64 = m.files.iter().map(|f| f.size).sum();
     let done = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let first_err: Mutex<Option<WsError>> = Mutex::new(None);
-    let record = |e: WsError| {
-        failed.store(true, Ordering::Relaxed);
-        if let Ok(mut slot) = first_err.lock() {
-            slot.get_or_insert(e);
-        }
-    };
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 4);
-    let identity = std::thread::scope(|s| {
+    // The copies go directory by directory (see `parallel`); the identity
+    // thread reads the blobs in walk order meanwhile.
+    let mut by_dir: Vec<&FileEntry> = m.files.iter().collect();
+    by_dir.sort_by(|a, b| (parent_dir(&a.path), &a.path).cmp(&(parent_dir(&b.path), &b.path)));
+    let (copied, identity) = std::thread::scope(|s| {
         let identity = s.spawn(|| identity_of_blobs(registry, &order, &failed));
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut buf = vec![0u8; 256 << 10];
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= order.len() || failed.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    if let Err(e) = copy_verified(registry, order[i], root, &mut buf) {
-                        record(e);
-                    }
-                    if let Some(p) = progress {
-                        let size = order[i].size;
-                        p.update(
-                            "restore",
-                            done.fetch_add(size, Ordering::Relaxed) + size,
-                            total,
-                        );
-                    }
+        let copied = for_each_in_dir_runs(
+            &by_dir,
+            |f| parent_dir(&f.path),
+            worker_threads(by_dir.len()),
+            || vec![0u8; 256 << 10],
+            |buf, f| {
+                copy_verified(registry, f, root, buf).inspect_err(|_| {
+                    failed.store(true, Ordering::Relaxed);
+                })?;
+                if let Some(p) = progress {
+                    p.update(
+                        "restore",
+                        done.fetch_add(f.size, Ordering::Relaxed) + f.size,
+                        total,
+                    );
                 }
-            });
-        }
-        identity.join()
+                Ok(())
+            },
+        );
+        (copied, identity.join())
     });
-    if let Ok(Some(e)) = first_err.into_inner() {
-        return Err(e);
-    }
+    copied?;
     for l in &m.links {
         let at = root.join(&l.path);
         std::os::unix::fs::symlink(&l.target, &at)

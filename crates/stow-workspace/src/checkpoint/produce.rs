@@ -10,6 +10,7 @@ use super::blobs::{discard, discard_pairs, stage_reader, Payload, StageError};
 use super::capture::CaptureOptions;
 use super::scan::Scanned;
 use crate::error::{Result, WsError};
+use crate::fsutil::{create_private_dir, random_hex};
 use crate::registry::Registry;
 use crate::statcache::{unhex32, CacheEntry, StatCache};
 
@@ -38,6 +39,62 @@ pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option
 pub(super) struct Produced {
     pub(super) digests: Vec<Option<[u8; 32]>>,
     pub(super) staged: Vec<(Payload, u64)>,
+}
+
+/// One staging directory per producing thread, under `tmp`: creating a
+/// file takes its directory's lock, so threads staging into one directory
+/// spent their time waiting on each other (see `parallel`). Removed, with
+/// anything still in them, when dropped: by then every staged file was
+/// published, kept or discarded. After a crash, GC removes them.
+#[derive(Default)]
+pub(super) struct StageDirs {
+    dirs: Vec<std::path::PathBuf>,
+    /// Made for this capture (else the threads share `tmp` itself).
+    owned: bool,
+}
+
+/// Up to this many files, the threads stage into `tmp` itself (two
+/// directories more would cost more than they save).
+const SHARED_STAGE_FILES: usize = 64;
+
+impl StageDirs {
+    /// The staging directories for producing the files `digests` lacks.
+    /// The capture keeps them until it is done with what they hold.
+    pub(super) fn for_capture(tmp: &Path, digests: &[Option<[u8; 32]>]) -> Result<StageDirs> {
+        let todo = digests.iter().filter(|d| d.is_none()).count();
+        StageDirs::create(tmp, crate::parallel::worker_threads(todo), todo)
+    }
+
+    fn create(tmp: &Path, n: usize, files: usize) -> Result<StageDirs> {
+        if files <= SHARED_STAGE_FILES {
+            return Ok(StageDirs {
+                dirs: vec![tmp.to_path_buf(); n],
+                owned: false,
+            });
+        }
+        let base = random_hex(8);
+        let mut made = StageDirs {
+            dirs: Vec::with_capacity(n),
+            owned: true,
+        };
+        for k in 0..n.max(1) {
+            let d = tmp.join(format!("{base}.{k}"));
+            create_private_dir(&d)?;
+            made.dirs.push(d);
+        }
+        Ok(made)
+    }
+}
+
+impl Drop for StageDirs {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 impl Produced {
@@ -72,14 +129,15 @@ pub(super) fn cache_entries(
 }
 
 /// Produces the payload of every file whose digest is not known yet
-/// (`digests`, in scan order): hashed and staged on a few threads. On a
+/// (`digests`, in scan order): hashed and staged on a few threads, one per
+/// directory of `stages`. On a
 /// failure the other files are still produced when the failure is the
 /// tree changing (their progress is worth keeping), and the partial result
 /// comes back with the error.
 pub(super) fn produce_all(
     registry: &Registry,
     root: &Path,
-    tmp: &Path,
+    stages: &StageDirs,
     files: &[Scanned],
     mut digests: Vec<Option<[u8; 32]>>,
     opts: &CaptureOptions,
@@ -91,15 +149,13 @@ pub(super) fn produce_all(
     let done = std::sync::atomic::AtomicU64::new(0);
     let next = AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 4)
-        .min(todo.len().max(1));
     let outcomes: Vec<Vec<(usize, Result<Payload>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
+        let handles: Vec<_> = stages
+            .dirs
+            .iter()
+            .map(|tmp| {
+                let (next, failed, done, todo) = (&next, &failed, &done, &todo);
+                s.spawn(move || {
                     let mut local = Vec::new();
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
