@@ -34,6 +34,9 @@ pub(crate) struct Plan {
     pub(crate) files: u64,
     pub(crate) bytes: u64,
     pub(crate) reps: usize,
+    /// Repetitions of the figures that copy the whole tree (first
+    /// checkpoint, prepare, restore: the disk's speed swings most there).
+    pub(crate) copy_reps: usize,
 }
 
 impl Plan {
@@ -52,6 +55,7 @@ impl Plan {
             bytes: files * 15_000,
             // Large trees: fewer repetitions (each copies the whole tree).
             reps: if files > 20_000 { 2 } else { reps },
+            copy_reps: if files > 20_000 { 3 } else { reps },
         }
     }
 
@@ -161,6 +165,41 @@ fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> Result<Option<u64>> {
     Ok(err.lines().last().and_then(|l| l.trim().parse().ok()))
 }
 
+/// `stow-s3 workspace watch` over the bench workspace, stopped (SIGTERM,
+/// waited for) when dropped.
+struct Watcher(std::process::Child);
+
+impl Watcher {
+    fn start(bin: &Path, reg: &Registry, ws: &str) -> Result<Watcher> {
+        use std::io::BufRead;
+        let mut child = Command::new(bin)
+            .args(["workspace", "watch", "--id", ws, "--registry-dir"])
+            .arg(reg.dir())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(context("start workspace watch"))?;
+        let mut ready = String::new();
+        if let Some(out) = child.stdout.take() {
+            std::io::BufReader::new(out)
+                .read_line(&mut ready)
+                .map_err(context("read watch readiness"))?;
+        }
+        if !ready.contains("\"socket\"") {
+            let _ = child.kill();
+            return Err(format!("workspace watch did not start: {ready}").into());
+        }
+        Ok(Watcher(child))
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child, which has not been waited for.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
 /// A fresh registry partition holding the bench workspace's record.
 pub(crate) fn fresh_registry(base: &Path, name: &str, record: &[u8], ws: &str) -> Result<Registry> {
     let dir = base.join(name);
@@ -210,6 +249,53 @@ fn cp_a_sync(src: &Path, dst: &Path, top: &Path, bytes: u64) -> Result<Run> {
         )?;
         Ok(Work { ops: 1, bytes })
     })
+}
+
+/// Flushes what earlier steps left dirty (untimed), so a timed run never
+/// pays for another's writeback.
+pub(super) fn settle(top: &Path) -> Result<()> {
+    sh("sync", top)
+}
+
+/// The tree copies one figure's repetitions made. A large run removes them
+/// once the figure is done (the disk holds a few dozen copies at most),
+/// then waits out ext4's inode reuse window: without a journal (this
+/// machine's root) ext4 skips inodes freed in the last 60 s when it
+/// allocates, so every create right after removing 100,000 files scans
+/// past them, and whichever side ran next would pay for it.
+struct Copies {
+    large: bool,
+    paths: Vec<std::path::PathBuf>,
+}
+
+impl Copies {
+    fn new(plan: &Plan) -> Copies {
+        Copies {
+            large: plan.large(),
+            paths: Vec::new(),
+        }
+    }
+
+    fn keep(&mut self, p: std::path::PathBuf) {
+        self.paths.push(p);
+    }
+
+    fn clear(&mut self, top: &Path) -> Result<()> {
+        if !self.large {
+            return Ok(());
+        }
+        for p in self.paths.drain(..) {
+            match fs::remove_dir_all(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("remove {}: {e}", p.display()).into())
+                }
+                _ => {}
+            }
+        }
+        settle(top)?;
+        std::thread::sleep(std::time::Duration::from_secs(61));
+        Ok(())
+    }
 }
 
 pub(super) fn file_len(p: &Path) -> u64 {
@@ -277,7 +363,9 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
     // 1. First checkpoint vs cp -a + sync, and vs git add -A && git commit.
     let mut first_ids: Vec<(Registry, String)> = Vec::new();
-    let [ours, cp] = alternate(plan.reps, |side, rep| {
+    let mut copies = Copies::new(&plan);
+    let [ours, cp] = alternate(plan.copy_reps, |side, rep| {
+        settle(&top)?;
         if side == 0 {
             let reg = fresh_registry(&top, &format!("first{rep}"), &record, &ws.workspace_id)?;
             let mut id = String::new();
@@ -290,12 +378,19 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
                     bytes: c.bytes,
                 })
             })?;
-            first_ids.push((reg, id));
+            if first_ids.is_empty() {
+                first_ids.push((reg, id));
+            } else {
+                copies.keep(reg.dir().to_path_buf());
+            }
             Ok(one(run))
         } else {
-            cp_a_sync(&root, &top.join(format!("cp{rep}")), &top, tree_bytes)
+            let dst = top.join(format!("cp{rep}"));
+            copies.keep(dst.clone());
+            cp_a_sync(&root, &dst, &top, tree_bytes)
         }
     })?;
+    copies.clear(&top)?;
     let first_ours = ours.clone();
     figures.push(Figure::new(
         Spec {
@@ -321,6 +416,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             let g = top.join(format!("git{k}-{rep}"));
             sh(&format!("cp -a {} {}", root.display(), g.display()), &top)?;
             sh("git init -q", &g)?;
+            settle(&top)?;
             let sync = if k == 0 { "" } else { " && sync" };
             git_first[k].push(time_one_all_cpu(|| {
                 sh(&format!("{git} add -A && {git} commit -qm first{sync}"), &g)?;
@@ -393,9 +489,15 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             Ok(Work { ops: 1, bytes: 0 })
         })
     };
+    // The CLI again, with `workspace watch` running (its own registry too):
+    // its first capture scans the tree and leaves the watch.
+    let watch_reg = fresh_registry(&top, "watched", &record, &ws.workspace_id)?;
+    let watcher = Watcher::start(&bin, &watch_reg, &ws.workspace_id)?;
+    cli_capture(&watch_reg)?;
     let g_plain = top.join("git0-0");
     let g_fsync = top.join("git1-0");
     let (mut ours_inc, mut cli_inc, mut mcp_inc) = (Vec::new(), Vec::new(), Vec::new());
+    let mut watched_inc = Vec::new();
     let (mut git_inc, mut git_fsync_inc) = (Vec::new(), Vec::new());
     let inc_reps = plan.reps as u64 + 2;
     for rep in 0..inc_reps {
@@ -407,6 +509,8 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         })?);
         change_ten(&plan, &pool, &root, round + 1)?;
         cli_inc.push(cli_capture(&reg)?);
+        change_ten(&plan, &pool, &root, round + 5)?;
+        watched_inc.push(cli_capture(&watch_reg)?);
         change_ten(&plan, &pool, &root, round + 2)?;
         mcp_inc.push(super::mcp_workspace::mcp_capture(
             &mut server,
@@ -431,6 +535,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         })?);
     }
     drop(server);
+    drop(watcher);
     let targets = if plan.files >= 100_000 {
         "targets: CLI ≤ 0.25× plain git, MCP ≤ 50 ms"
     } else {
@@ -448,6 +553,12 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             "checkpoint after changing 10 files (CLI) vs plain git commit",
             "stow-s3 workspace checkpoint",
             cli_inc.clone(),
+        ),
+        (
+            "checkpoint_10_changed_cli_watched",
+            "checkpoint after changing 10 files (CLI, workspace watch running) vs plain git commit",
+            "stow-s3 workspace checkpoint (watched)",
+            watched_inc.clone(),
         ),
         (
             "checkpoint_10_changed_mcp",
@@ -508,7 +619,8 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     }
 
     // Prepare (copying the tree in) + sync vs cp -a + sync.
-    let [ours_p, cp_p] = alternate(plan.reps, |side, rep| {
+    let [ours_p, cp_p] = alternate(plan.copy_reps, |side, rep| {
+        settle(&top)?;
         if side == 0 {
             let m = top.join(format!("prep{rep}.json"));
             fs::write(
@@ -521,18 +633,24 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
                 ),
             )
             .map_err(context("write manifest"))?;
-            time_one_all_cpu(|| {
+            let run = time_one_all_cpu(|| {
                 stow_workspace::prepare(&m).map_err(|e| e.to_string())?;
                 sh("sync", &top)?;
                 Ok(Work {
                     ops: 1,
                     bytes: tree_bytes,
                 })
-            })
+            });
+            copies.keep(top.join(format!("prepared{rep}")));
+            copies.keep(top.join(format!("prep-reg{rep}")));
+            run
         } else {
-            cp_a_sync(&src, &top.join(format!("cp-prep{rep}")), &top, tree_bytes)
+            let dst = top.join(format!("cp-prep{rep}"));
+            copies.keep(dst.clone());
+            cp_a_sync(&src, &dst, &top, tree_bytes)
         }
     })?;
+    copies.clear(&top)?;
     figures.push(Figure::new(
         Spec {
             id: "prepare_vs_cp",
@@ -548,9 +666,10 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
     // 3. Restore vs cp -a + sync.
     let (reg0, cp0) = first_ids.first().cloned().ok_or("no first checkpoint")?;
-    let [ours_r, cp_r] = alternate(plan.reps, |side, rep| {
+    let [ours_r, cp_r] = alternate(plan.copy_reps, |side, rep| {
+        settle(&top)?;
         let dst = top.join(format!("restore{side}-{rep}"));
-        if side == 0 {
+        let run = if side == 0 {
             time_one_all_cpu(|| {
                 restore(&reg0, &cp0, &dst, RestoreLimits::default()).map_err(|e| e.to_string())?;
                 sh("sync", &top)?;
@@ -561,8 +680,11 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             })
         } else {
             cp_a_sync(&src, &dst, &top, tree_bytes)
-        }
+        };
+        copies.keep(dst);
+        run
     })?;
+    copies.clear(&top)?;
     figures.push(Figure::new(
         Spec {
             id: "restore_vs_cp",
@@ -618,9 +740,15 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             "checkpoints are durable when reported (many new blobs: one syncfs; a few: an fsync \
              each); git runs as users run it (plain) and with core.fsync=all and a final sync"
                 .into(),
-            "the incremental figures take turns per repetition (in process, CLI, MCP, git, git \
-             fsync), each after changing its own 10 files; the MCP server has its own registry \
-             and keeps its watch between captures"
+            "the incremental figures take turns per repetition (in process, CLI, CLI with \
+             `workspace watch` running, MCP, git, git fsync), each after changing its own 10 \
+             files; the watched CLI and the MCP server have registries of their own and keep \
+             their watch between captures"
+                .into(),
+            "first checkpoint, prepare and restore: an untimed sync before every run, so no \
+             side pays for another's writeback; on large trees each figure's copies are removed \
+             after it, then a 61 s pause (ext4 without a journal skips inodes freed in the last \
+             60 s, which slows every create just after a removal)"
                 .into(),
             "cpu µs/op is the user+system CPU of the whole bench process (ours: every capture \
              thread) plus the commands it waited for (cp, git, sync); kernel writeback is not \
