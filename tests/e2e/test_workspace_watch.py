@@ -22,6 +22,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -702,3 +703,52 @@ def test_unknown_workspace_is_not_found(stow_bin, workdir):
     # The real workspace is untouched: its capture runs in process.
     cp = checkpoint(stow_bin, reg, p["workspace_id"])
     assert cp["files"] == 1
+
+
+def test_parent_pid_stops_the_watch_with_its_parent(stow_bin, workdir):
+    p = prepare(stow_bin, workdir, {"a.txt": b"alpha"})
+    reg = workdir / "reg"
+    sock = socket_path(reg, p["workspace_id"])
+    args = [stow_bin, "workspace", "watch", "--id", p["workspace_id"], "--registry-dir", str(reg)]
+    # A pid that is not the parent is refused before anything starts.
+    out = subprocess.run([*args, "--parent-pid", "1"], check=False, capture_output=True, text=True,
+                         timeout=20)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert json.loads(out.stdout)["error"]["code"] == "invalid_argument"
+    assert not os.path.lexists(sock)
+    # An intermediate parent starts the watch with its own pid, reports the
+    # watcher's readiness line, then dies: the watch stops cleanly with it.
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, subprocess, sys, time\n"
+         "w = subprocess.Popen(sys.argv[1:] + ['--parent-pid', str(os.getpid())], stdout=subprocess.PIPE)\n"
+         "print(w.pid, w.stdout.readline().decode().strip(), flush=True)\n"
+         "time.sleep(120)\n",
+         *[str(a) for a in args]],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline().split(" ", 1)
+        watcher, ready = int(line[0]), json.loads(line[1])
+        assert ready["pid"] == watcher and answers(sock)
+        assert checkpoint(stow_bin, reg, p["workspace_id"])["files"] == 1
+        assert (inotify_watches(watcher) or 0) >= 1, "the capture did not go through the watcher"
+        parent.kill()
+        parent.wait(timeout=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{watcher}"):
+            try:
+                with open(f"/proc/{watcher}/stat") as f:
+                    if f.read().split(") ", 1)[1].startswith("Z"):
+                        break  # exited; a zombie until init reaps it
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            if os.path.exists(f"/proc/{watcher}"):
+                os.kill(watcher, signal.SIGKILL)
+                pytest.fail("the watch outlived its parent")
+        assert not os.path.lexists(sock), "the watch did not remove its socket on its parent's death"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=20)

@@ -219,8 +219,11 @@ class CaptureEngine:
     def start_watcher(self):
         """Starts `workspace watch` for A and waits for its ready line."""
         wid, _ = self.ws["A"]
+        # Its log stays in the working directory (kept when the soak fails).
+        log = open(self.dir / f"watch-{self.ctx.stats['watchers_started']}.log", "wb")
         proc = subprocess.Popen([self.bin, "workspace", "watch", "--id", wid, "--registry-dir", str(self.reg)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+                                stdout=subprocess.PIPE, stderr=log, env=clean_env())
+        log.close()
         ready, _, _ = select.select([proc.stdout], [], [], 20)
         line = proc.stdout.readline().decode(errors="replace") if ready else ""
         try:
@@ -229,9 +232,8 @@ class CaptureEngine:
             ok = False
         if not ok:
             proc.kill()
-            err = proc.communicate(timeout=20)[1].decode(errors="replace")
-            self.ctx.fail("workspace watch did not start", key=wid, expected="a ready line",
-                          found=f"{line!r} {err[-500:]}")
+            proc.wait(timeout=20)
+            self.ctx.fail("workspace watch did not start", key=wid, expected="a ready line", found=repr(line))
             return
         self.watcher = proc
         self.ctx.stats["watchers_started"] += 1
@@ -242,10 +244,10 @@ class CaptureEngine:
         if proc is None:
             return
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        proc.communicate(timeout=120)
         if sig == signal.SIGTERM:
             self.ctx.check(proc.returncode == 0, "workspace watch did not stop cleanly on SIGTERM",
-                           key=self.ws["A"][0], expected="rc 0", found=f"rc={proc.returncode} {err[-500:]}")
+                           key=self.ws["A"][0], expected="rc 0", found=f"rc={proc.returncode}")
 
     def capture_args(self, name, rk=None, portable=False):
         wid, _ = self.ws[name]

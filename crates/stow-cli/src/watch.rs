@@ -8,11 +8,18 @@ use stow_workspace::Registry;
 
 use crate::CliError;
 
-pub fn run(registry: &Registry, id: &str) -> Result<serde_json::Value, CliError> {
+pub fn run(
+    registry: &Registry,
+    id: &str,
+    parent_pid: Option<i32>,
+) -> Result<serde_json::Value, CliError> {
     // Blocked before any thread starts, so every thread inherits the mask
     // and the signals wait for `sigwait` below instead of killing the
-    // process mid-capture.
+    // process mid-capture. A parent's death arrives as SIGTERM too.
     let signals = block_stop_signals()?;
+    if let Some(pid) = parent_pid {
+        crate::serve::watch_parent(pid)?;
+    }
     let service = WatchService::start(registry, id)?;
     let ready = serde_json::json!({
         "version": 1,

@@ -272,6 +272,10 @@ pub enum WorkspaceCommand {
     Watch {
         #[arg(long)]
         id: String,
+        /// Stop (as on SIGTERM) when this process, which must be the
+        /// parent, exits.
+        #[arg(long)]
+        parent_pid: Option<i32>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -496,7 +500,11 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             let progress = bar.as_ref().map(|b| b as &dyn Progress);
             captured(watch_service::capture(&registry.open()?, &req, progress))
         }
-        C::Watch { id, registry } => crate::watch::run(&registry.open()?, &id),
+        C::Watch {
+            id,
+            parent_pid,
+            registry,
+        } => crate::watch::run(&registry.open()?, &id, parent_pid),
         C::Adopt {
             handoff: doc,
             remote,

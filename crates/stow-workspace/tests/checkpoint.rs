@@ -525,12 +525,10 @@ fn scans_see_files_in_nested_and_sibling_directories() {
     assert_eq!((c.files, c.links), (102, 1));
 }
 
-#[test]
-fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
-    let w = setup("");
-    fs::write(w.ws.root.join("fresh.txt"), "new bytes to stage").unwrap();
+/// A capture whose 30 ms deadline passes while it copies.
+fn capture_past_its_deadline(w: &Ws) -> stow_workspace::WsError {
     let late = || std::thread::sleep(std::time::Duration::from_millis(60));
-    let err = checkpoint::capture(
+    checkpoint::capture(
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
@@ -539,7 +537,14 @@ fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
             ..Default::default()
         },
     )
-    .unwrap_err();
+    .unwrap_err()
+}
+
+#[test]
+fn a_capture_past_its_deadline_is_cancelled_and_publishes_nothing() {
+    let w = setup("");
+    fs::write(w.ws.root.join("fresh.txt"), "new bytes to stage").unwrap();
+    let err = capture_past_its_deadline(&w);
     assert_eq!(err.code(), "cancelled");
     assert!(checkpoint::summaries(&w.reg).unwrap().is_empty());
     let state = w.reg.dir().join(".stow");
@@ -562,17 +567,7 @@ fn staging_directories_go_with_their_capture_and_gc_clears_a_crashed_one() {
         fs::write(d.join(format!("f{i}.txt")), format!("payload {i}")).unwrap();
     }
     let tmp = w.reg.dir().join(".stow/tmp");
-    let late = || std::thread::sleep(std::time::Duration::from_millis(60));
-    let err = checkpoint::capture(
-        &w.reg,
-        &w.ws.workspace_id,
-        &CaptureOptions {
-            deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(30)),
-            after_copy: Some(&late),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let err = capture_past_its_deadline(&w);
     assert_eq!(err.code(), "cancelled");
     assert_eq!(
         fs::read_dir(&tmp).unwrap().count(),

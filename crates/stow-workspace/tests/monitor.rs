@@ -313,3 +313,38 @@ fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
         assert_eq!(truth_of(&m), truth, "step {step}; edits: {log:#?}");
     }
 }
+
+/// A regression found by the soak: a monitor reused the node of a
+/// directory whose only checkpoint had been deleted (and its node
+/// collected), publishing a checkpoint that named a missing node.
+#[test]
+fn a_deleted_checkpoints_nodes_are_never_reused() {
+    let w = setup();
+    let root = w.ws.root.clone();
+    let monitor = TreeMonitor::new();
+    capture(&w, Some(&monitor));
+    fs::create_dir_all(root.join("fresh/inner")).unwrap();
+    fs::write(
+        root.join("fresh/inner/new.txt"),
+        "only in the deleted checkpoint",
+    )
+    .unwrap();
+    let only = checkpoint::capture(
+        &w.reg,
+        &w.ws.workspace_id,
+        &CaptureOptions {
+            monitor: Some(&monitor),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Deleting it collects the nodes of fresh/ and fresh/inner.
+    let deleted = checkpoint::delete(&w.reg, &only.checkpoint_id).unwrap();
+    assert!(deleted.freed_blobs >= 1);
+    // A change elsewhere: fresh/ is unchanged, so its node would be reused.
+    fs::write(root.join("top.txt"), "edited").unwrap();
+    let m = capture(&w, Some(&monitor));
+    assert_eq!(truth_of(&m), walk(&root));
+    let check = checkpoint::check(&w.reg, false).unwrap();
+    assert!(check.damaged.is_empty(), "{:?}", check.damaged);
+}

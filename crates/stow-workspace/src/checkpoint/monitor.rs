@@ -134,16 +134,24 @@ impl Kept {
         )
         .ok()?;
         // Someone else rewrote the cache file, or GC removed it: the kept
-        // cache may name blobs that are gone.
+        // cache may name blobs that are gone, and so may the kept nodes (a
+        // `checkpoint-delete` collects the nodes only its checkpoint
+        // named). GC removes every stat cache before it deletes a blob, so
+        // a cache file still as this monitor left it vouches for both.
         let cache = self
             .cache
             .filter(|(_, stamp)| FileStamp::of(cache_file).as_ref() == Some(stamp));
+        let nodes = if cache.is_some() {
+            self.nodes
+        } else {
+            HashMap::new()
+        };
         Some(Refreshed {
             watch: self.watch,
             scan,
             changed,
             cache,
-            nodes: self.nodes,
+            nodes,
             props: self.props,
             unwritten: self.unwritten,
         })
