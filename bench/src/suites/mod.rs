@@ -40,8 +40,10 @@ pub struct SuiteArgs {
 }
 
 /// How long the filesystem needs after a run deletes its data: this
-/// machine's ext4 (mounted with `discard`) slows file creation for about a
-/// minute after a mass delete.
+/// machine's ext4 has no journal, and in that mode it skips inodes freed
+/// in the last 60 s when it allocates one (fs/ext4/ialloc.c,
+/// `recently_deleted`), so file creation is slower for about a minute
+/// after a mass delete.
 const SETTLE: Duration = Duration::from_secs(90);
 /// Records, in the base data directory, when a run last deleted its data.
 const CLEANUP_MARKER: &str = ".stow-bench-cleanup";

@@ -390,13 +390,17 @@ fn copy_all(
     let work: Vec<(usize, &crate::manifest::PlannedFile)> = order.into_iter().enumerate().collect();
     // Everything the identity covers, in walk order: what was there, and
     // each copy (by its index in `work`).
-    let mut covered: Vec<(&str, Result<PathBuf, usize>)> = present
+    enum Covered<'a> {
+        Present(&'a Path),
+        Copy(usize),
+    }
+    let mut covered: Vec<(&str, Covered)> = present
         .iter()
-        .map(|(rel, path)| (rel.as_str(), Ok(path.clone())))
+        .map(|(rel, path)| (rel.as_str(), Covered::Present(path)))
         .chain(
             work.iter()
                 .filter(|(_, f)| !tree::identity_excludes(&f.dest))
-                .map(|(i, f)| (f.dest.as_str(), Err(*i))),
+                .map(|(i, f)| (f.dest.as_str(), Covered::Copy(*i))),
         )
         .collect();
     covered.sort_by(|a, b| tree::walk_order(a.0, b.0));
@@ -412,8 +416,8 @@ fn copy_all(
         let mut buf = vec![0u8; 256 << 10];
         for (rel, at) in &covered {
             let path = match at {
-                Ok(p) => p.clone(),
-                Err(i) => {
+                Covered::Present(p) => p.to_path_buf(),
+                Covered::Copy(i) => {
                     let guard = signal.0.lock().unwrap_or_else(|e| e.into_inner());
                     let _guard = signal
                         .1

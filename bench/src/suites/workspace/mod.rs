@@ -253,25 +253,26 @@ fn cp_a_sync(src: &Path, dst: &Path, top: &Path, bytes: u64) -> Result<Run> {
 
 /// Flushes what earlier steps left dirty (untimed), so a timed run never
 /// pays for another's writeback.
-pub(super) fn settle(top: &Path) -> Result<()> {
+pub(super) fn flush_writeback(top: &Path) -> Result<()> {
     sh("sync", top)
 }
 
 /// The tree copies one figure's repetitions made. A large run removes them
 /// once the figure is done (the disk holds a few dozen copies at most),
-/// then waits out ext4's inode reuse window: without a journal (this
-/// machine's root) ext4 skips inodes freed in the last 60 s when it
-/// allocates, so every create right after removing 100,000 files scans
-/// past them, and whichever side ran next would pay for it.
+/// then waits for the filesystem to settle as between runs
+/// ([`super::settle`]), so whichever side runs next does not pay for the
+/// removal.
 struct Copies {
     large: bool,
+    settle: bool,
     paths: Vec<std::path::PathBuf>,
 }
 
 impl Copies {
-    fn new(plan: &Plan) -> Copies {
+    fn new(plan: &Plan, args: &SuiteArgs) -> Copies {
         Copies {
             large: plan.large(),
+            settle: !args.no_settle,
             paths: Vec::new(),
         }
     }
@@ -292,8 +293,11 @@ impl Copies {
                 _ => {}
             }
         }
-        settle(top)?;
-        std::thread::sleep(std::time::Duration::from_secs(61));
+        flush_writeback(top)?;
+        super::mark_cleanup(top);
+        if self.settle {
+            super::settle(top);
+        }
         Ok(())
     }
 }
@@ -363,9 +367,9 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
     // 1. First checkpoint vs cp -a + sync, and vs git add -A && git commit.
     let mut first_ids: Vec<(Registry, String)> = Vec::new();
-    let mut copies = Copies::new(&plan);
+    let mut copies = Copies::new(&plan, args);
     let [ours, cp] = alternate(plan.copy_reps, |side, rep| {
-        settle(&top)?;
+        flush_writeback(&top)?;
         if side == 0 {
             let reg = fresh_registry(&top, &format!("first{rep}"), &record, &ws.workspace_id)?;
             let mut id = String::new();
@@ -416,7 +420,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             let g = top.join(format!("git{k}-{rep}"));
             sh(&format!("cp -a {} {}", root.display(), g.display()), &top)?;
             sh("git init -q", &g)?;
-            settle(&top)?;
+            flush_writeback(&top)?;
             let sync = if k == 0 { "" } else { " && sync" };
             git_first[k].push(time_one_all_cpu(|| {
                 sh(&format!("{git} add -A && {git} commit -qm first{sync}"), &g)?;
@@ -620,7 +624,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
     // Prepare (copying the tree in) + sync vs cp -a + sync.
     let [ours_p, cp_p] = alternate(plan.copy_reps, |side, rep| {
-        settle(&top)?;
+        flush_writeback(&top)?;
         if side == 0 {
             let m = top.join(format!("prep{rep}.json"));
             fs::write(
@@ -667,7 +671,7 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     // 3. Restore vs cp -a + sync.
     let (reg0, cp0) = first_ids.first().cloned().ok_or("no first checkpoint")?;
     let [ours_r, cp_r] = alternate(plan.copy_reps, |side, rep| {
-        settle(&top)?;
+        flush_writeback(&top)?;
         let dst = top.join(format!("restore{side}-{rep}"));
         let run = if side == 0 {
             time_one_all_cpu(|| {
@@ -747,8 +751,9 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
                 .into(),
             "first checkpoint, prepare and restore: an untimed sync before every run, so no \
              side pays for another's writeback; on large trees each figure's copies are removed \
-             after it, then a 61 s pause (ext4 without a journal skips inodes freed in the last \
-             60 s, which slows every create just after a removal)"
+             after it, then the suite waits for the filesystem to settle as between runs (ext4 \
+             without a journal skips inodes freed in the last 60 s, which slows every create \
+             just after a removal)"
                 .into(),
             "cpu µs/op is the user+system CPU of the whole bench process (ours: every capture \
              thread) plus the commands it waited for (cp, git, sync); kernel writeback is not \
