@@ -13,6 +13,7 @@ use crate::fsutil::{
     atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex, FileLock,
 };
 use crate::manifest::{Plan, TaskManifest};
+use crate::progress::PhaseClock;
 use crate::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
 };
@@ -181,8 +182,10 @@ pub fn new_workspace_id() -> String {
 
 /// Prepares a workspace from the manifest file at `manifest_path`.
 pub fn prepare(manifest_path: &Path) -> Result<WorkspaceResult> {
+    let mut clock = PhaseClock::start("prepare");
     let manifest = TaskManifest::load(manifest_path)?;
     let plan = Plan::build(&manifest, manifest_path)?;
+    clock.lap("plan");
     let registry = Registry::resolve(plan.registry_base.as_deref(), plan.team.as_deref())?;
     // The bound is checked before anything is created, then again under
     // the registry lock at registration (a concurrent prepare may race).
@@ -201,7 +204,7 @@ pub fn prepare(manifest_path: &Path) -> Result<WorkspaceResult> {
         .mode(0o755)
         .create(&plan.root)
         .map_err(|e| WsError::io_at("create root", &plan.root, e))?;
-    match prepare_created(&plan, &registry, &id, &bucket, bound) {
+    match prepare_created(&plan, &registry, &id, &bucket, bound, &mut clock) {
         Ok(r) => Ok(r),
         Err(err) => {
             let _ = fs::remove_dir_all(&plan.root);
@@ -241,6 +244,7 @@ fn prepare_created(
     id: &str,
     bucket: &str,
     bound: u64,
+    clock: &mut PhaseClock,
 ) -> Result<WorkspaceResult> {
     let root = &plan.root;
     let created = now_rfc3339();
@@ -320,13 +324,18 @@ fn prepare_created(
     for parent in parents {
         create_dirs_within(root, parent, 0o755)?;
     }
-    // The Git checkouts are in place; the identity of the whole tree is
-    // hashed while the files are copied.
+    clock.lap("git");
+    // The Git checkouts are in place: they are counted now, the copies as
+    // they are made, and the identity of the whole tree is hashed while
+    // the files are copied.
+    let (checkout_bytes, checkout_files) = tree::seeded_totals(root, 0)?;
     let present = tree::identity_files(root)?;
-    let base_identity = copy_all(&plan.files, root, present)?;
+    let copied = copy_all(&plan.files, root, present)?;
+    clock.lap("copy");
     create_dirs_within(root, &plan.working_directory, 0o755)?;
-
-    let (seeded_bytes, seeded_objects) = tree::seeded_totals(root, 0)?;
+    let base_identity = copied.base_identity;
+    let seeded_bytes = checkout_bytes + copied.bytes;
+    let seeded_objects = checkout_files + plan.files.len() as u64;
     if seeded_bytes > plan.max_bytes {
         return Err(WsError::CapacityExceeded(format!(
             "seeded bytes {seeded_bytes} exceed workspace limit {}",
@@ -352,6 +361,7 @@ fn prepare_created(
     rec.working_directory = Some(working_dir.clone());
     registry.put(&rec)?;
     record_base_identity(root, &base_identity)?;
+    clock.lap("record");
     Ok(WorkspaceResult {
         version: 1,
         workspace_id: id.to_string(),
@@ -370,24 +380,61 @@ fn prepare_created(
     })
 }
 
+/// What the copies of a prepare add up to.
+struct Copied {
+    /// The `base_identity` of the whole tree after the copies.
+    base_identity: String,
+    /// Bytes copied (as read, so a source that changed since planning is
+    /// counted as copied).
+    bytes: u64,
+}
+
+/// How a finished copy reaches the identity thread.
+enum Handoff {
+    /// Not copied yet.
+    Pending,
+    /// Copied, and the destination is still open: hashed without opening
+    /// it again.
+    Open(fs::File),
+    /// Copied and closed: hashed by path.
+    Closed,
+}
+
+/// Copies at most held open for the identity thread; past this the copy
+/// threads close theirs (a file descriptor limit is often 1,024).
+const HELD_OPEN: usize = 64;
+
+/// The copies' progress, shared by the copy threads and the identity thread.
+struct Handoffs {
+    slots: Vec<Handoff>,
+    held: usize,
+    failed: bool,
+}
+
 /// Copies every planned file into `root` on a few threads, a directory
-/// at a time (see `parallel`), and returns the `base_identity` of the
+/// at a time (see `parallel`), and hashes the `base_identity` of the
 /// resulting tree: `present` (the regular files already there, in walk
-/// order) and the copies. One more thread hashes the identity meanwhile,
-/// in walk order, reading each copy as soon as it is complete, so the
-/// tree is not read again afterwards. Stops at the first failure.
+/// order) and the copies. One more thread hashes meanwhile, in walk
+/// order, taking each copy as soon as it is complete (still open when it
+/// can), so the tree is not read again afterwards. Stops at the first
+/// failure.
 fn copy_all(
     files: &[crate::manifest::PlannedFile],
     root: &Path,
     present: Vec<(String, PathBuf)>,
-) -> Result<String> {
+) -> Result<Copied> {
     use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Condvar, Mutex};
+    use std::io::{Seek, SeekFrom};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex, MutexGuard};
     // Grouped by directory, so each thread creates in a directory of its own.
     let mut order: Vec<&crate::manifest::PlannedFile> = files.iter().collect();
     order.sort_by(|a, b| (parent_dir(&a.dest), &a.dest).cmp(&(parent_dir(&b.dest), &b.dest)));
     let work: Vec<(usize, &crate::manifest::PlannedFile)> = order.into_iter().enumerate().collect();
+    let hashed: Vec<bool> = work
+        .iter()
+        .map(|(_, f)| !tree::identity_excludes(&f.dest))
+        .collect();
     // Everything the identity covers, in walk order: what was there, and
     // each copy (by its index in `work`).
     enum Covered<'a> {
@@ -399,39 +446,53 @@ fn copy_all(
         .map(|(rel, path)| (rel.as_str(), Covered::Present(path)))
         .chain(
             work.iter()
-                .filter(|(_, f)| !tree::identity_excludes(&f.dest))
+                .filter(|(i, _)| hashed[*i])
                 .map(|(i, f)| (f.dest.as_str(), Covered::Copy(*i))),
         )
         .collect();
     covered.sort_by(|a, b| tree::walk_order(a.0, b.0));
-    let copied: Vec<AtomicBool> = work.iter().map(|_| AtomicBool::new(false)).collect();
-    let failed = AtomicBool::new(false);
-    let signal = (Mutex::new(()), Condvar::new());
-    let wake = || {
-        drop(signal.0.lock().unwrap_or_else(|e| e.into_inner()));
-        signal.1.notify_all();
-    };
+    let state = Mutex::new(Handoffs {
+        slots: work.iter().map(|_| Handoff::Pending).collect(),
+        held: 0,
+        failed: false,
+    });
+    let changed = Condvar::new();
+    let lock = || -> MutexGuard<'_, Handoffs> { state.lock().unwrap_or_else(|e| e.into_inner()) };
+    let copied_bytes = AtomicU64::new(0);
     let identity = || -> Result<Option<String>> {
         let mut h = <sha2::Sha256 as sha2::Digest>::new();
         let mut buf = vec![0u8; 256 << 10];
         for (rel, at) in &covered {
-            let path = match at {
-                Covered::Present(p) => p.to_path_buf(),
-                Covered::Copy(i) => {
-                    let guard = signal.0.lock().unwrap_or_else(|e| e.into_inner());
-                    let _guard = signal
-                        .1
-                        .wait_while(guard, |_| {
-                            !copied[*i].load(Ordering::Acquire) && !failed.load(Ordering::Acquire)
-                        })
-                        .unwrap_or_else(|e| e.into_inner());
-                    root.join(rel)
+            let i = match at {
+                Covered::Present(path) => {
+                    tree::feed_identity(&mut h, rel, path, &mut buf)?;
+                    continue;
                 }
+                Covered::Copy(i) => *i,
             };
-            if failed.load(Ordering::Acquire) {
-                return Ok(None);
+            let handoff = {
+                let mut st = changed
+                    .wait_while(lock(), |st| {
+                        matches!(st.slots[i], Handoff::Pending) && !st.failed
+                    })
+                    .unwrap_or_else(|e| e.into_inner());
+                if st.failed {
+                    return Ok(None);
+                }
+                let handoff = std::mem::replace(&mut st.slots[i], Handoff::Closed);
+                if matches!(handoff, Handoff::Open(_)) {
+                    st.held -= 1;
+                }
+                handoff
+            };
+            let path = root.join(rel);
+            match handoff {
+                Handoff::Open(mut file) => file
+                    .seek(SeekFrom::Start(0))
+                    .and_then(|_| tree::feed_identity_from(&mut h, rel, &mut file, &mut buf))
+                    .map_err(|e| WsError::io_at("read", &path, e))?,
+                _ => tree::feed_identity(&mut h, rel, &path, &mut buf)?,
             }
-            tree::feed_identity(&mut h, rel, &path, &mut buf)?;
         }
         Ok(Some(tree::finish_identity(h)))
     };
@@ -444,42 +505,69 @@ fn copy_all(
             || (),
             |_, (i, f)| {
                 let r = copy_new_file(&f.source, &root.join(&f.dest), f.mode);
-                match &r {
-                    Ok(()) => copied[*i].store(true, Ordering::Release),
-                    Err(_) => failed.store(true, Ordering::Release),
-                }
-                wake();
+                let mut closing = None;
+                let mut st = lock();
+                let r = match r {
+                    Ok((file, n)) => {
+                        copied_bytes.fetch_add(n, Ordering::Relaxed);
+                        st.slots[*i] = if hashed[*i] && st.held < HELD_OPEN {
+                            st.held += 1;
+                            Handoff::Open(file)
+                        } else {
+                            closing = Some(file);
+                            Handoff::Closed
+                        };
+                        Ok(())
+                    }
+                    Err(e) => {
+                        st.failed = true;
+                        Err(e)
+                    }
+                };
+                drop(st);
+                changed.notify_all();
+                drop(closing);
                 r
             },
         );
         (copies, identity.join())
     });
     copies?;
-    match identity {
-        Ok(Ok(Some(id))) => Ok(id),
-        Ok(Ok(None)) => Err(WsError::InvalidRequest("prepare stopped early".into())),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(WsError::InvalidRequest(
-            "the identity worker panicked".into(),
-        )),
-    }
+    let base_identity = match identity {
+        Ok(Ok(Some(id))) => id,
+        Ok(Ok(None)) => return Err(WsError::InvalidRequest("prepare stopped early".into())),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(WsError::InvalidRequest(
+                "the identity worker panicked".into(),
+            ))
+        }
+    };
+    Ok(Copied {
+        base_identity,
+        bytes: copied_bytes.into_inner(),
+    })
 }
 
-/// Copies `src` to a new file `dst` (which must not exist) with `mode`.
+/// Copies `src` to a new file `dst` (which must not exist) with `mode`,
+/// returning the new file, still open for reading, and the bytes copied.
 /// The copy is in-kernel (`copy_file_range`, which reflinks where the file
 /// system can).
-pub(crate) fn copy_new_file(src: &Path, dst: &Path, mode: u32) -> Result<()> {
+pub(crate) fn copy_new_file(src: &Path, dst: &Path, mode: u32) -> Result<(fs::File, u64)> {
     let mut input = fs::File::open(src).map_err(|e| WsError::io_at("read", src, e))?;
     // Exclusive create: a second input aimed at the same file fails here
     // instead of silently overwriting the first.
     let mut output = fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(dst)
         .map_err(|e| WsError::io_at("create", dst, e))?;
-    std::io::copy(&mut input, &mut output).map_err(|e| WsError::io_at("copy into", dst, e))?;
+    let n =
+        std::io::copy(&mut input, &mut output).map_err(|e| WsError::io_at("copy into", dst, e))?;
     output
         .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| WsError::io_at("chmod", dst, e))
+        .map_err(|e| WsError::io_at("chmod", dst, e))?;
+    Ok((output, n))
 }

@@ -63,14 +63,24 @@ pub fn walk_order(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// Feeds one file to a `base_identity` hash: slash path, NUL, bytes, NUL.
 pub(crate) fn feed_identity(h: &mut Sha256, rel: &str, path: &Path, buf: &mut [u8]) -> Result<()> {
+    let mut f = fs::File::open(path).map_err(|e| WsError::io_at("read", path, e))?;
+    feed_identity_from(h, rel, &mut f, buf).map_err(|e| WsError::io_at("read", path, e))
+}
+
+/// [`feed_identity`] from a reader already open on the file's bytes.
+pub(crate) fn feed_identity_from(
+    h: &mut Sha256,
+    rel: &str,
+    bytes: &mut impl Read,
+    buf: &mut [u8],
+) -> std::io::Result<()> {
     h.update(rel.as_bytes());
     h.update([0u8]);
-    let mut f = fs::File::open(path).map_err(|e| WsError::io_at("read", path, e))?;
     loop {
-        let n = match f.read(buf) {
+        let n = match bytes.read(buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(WsError::io_at("read", path, e)),
+            Err(e) => return Err(e),
         };
         if n == 0 {
             break;

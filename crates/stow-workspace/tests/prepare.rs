@@ -372,7 +372,7 @@ fn reference_identity(root: &Path) -> String {
 }
 
 #[test]
-fn the_identity_hashed_while_copying_is_the_trees() {
+fn the_identity_and_totals_counted_while_copying_are_the_trees() {
     // A Git checkout, inputs landing inside it and beside it, many files
     // over many directories, and names whose walk order differs from a
     // plain sort of whole paths ("a/x" before "a.txt", "a-b" after "a").
@@ -411,6 +411,12 @@ fn the_identity_hashed_while_copying_is_the_trees() {
     assert_eq!(
         r.base_identity,
         stow_workspace::tree::base_identity(&r.root).unwrap()
+    );
+    // The totals are counted as the tree is made (the checkout, .git
+    // included, then each copy): they equal a walk of the result.
+    assert_eq!(
+        (r.seeded_bytes, r.seeded_objects),
+        stow_workspace::tree::seeded_totals(&r.root, 0).unwrap()
     );
 }
 
