@@ -59,7 +59,9 @@ impl FileStamp {
 /// One cached file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CacheEntry {
-    pub path: String,
+    /// Shared with the scan the entry was made from: a capture of a large
+    /// tree copies 100,000 entries, not their names.
+    pub path: std::sync::Arc<str>,
     pub size: u64,
     pub mode: u32,
     pub mtime_ns: i64,
@@ -157,12 +159,12 @@ impl StatCache {
         let mut entries: Vec<CacheEntry> = Vec::with_capacity(count);
         for _ in 0..count {
             let len = u32::from_le_bytes(r.array()?) as usize;
-            let path = std::str::from_utf8(r.take(len)?).ok()?.to_string();
-            if entries.last().is_some_and(|p| p.path >= path) {
+            let path = std::str::from_utf8(r.take(len)?).ok()?;
+            if entries.last().is_some_and(|p| &*p.path >= path) {
                 return None;
             }
             entries.push(CacheEntry {
-                path,
+                path: path.into(),
                 size: u64::from_le_bytes(r.array()?),
                 mode: u32::from_le_bytes(r.array()?),
                 mtime_ns: i64::from_le_bytes(r.array()?),

@@ -7,7 +7,7 @@ use super::format::{
     check_belongs, summaries, CheckpointResult, FileProps, Ignored, ManifestView, ObjectEntry,
     Summary,
 };
-use super::monitor::{node_unchanged, CaptureKey, Kept, TreeMonitor};
+use super::monitor::{CaptureKey, ChangedDirs, Kept, TreeMonitor};
 use super::objects::{snapshot_objects, ObjectSnapshot};
 use super::produce::{cache_entries, cached_digests, produce_all, StageDirs};
 use super::publish;
@@ -402,9 +402,16 @@ fn capture_scanned(
             .collect(),
         _ => BTreeSet::new(),
     };
+    let changed_dirs = reuse.map(|r| {
+        (
+            ChangedDirs::new(&r.changed),
+            ChangedDirs::new(&props_changed),
+        )
+    });
     let reusable = |dir: &str| -> Option<[u8; 32]> {
         let r = reuse?;
-        (node_unchanged(dir, &r.changed) && node_unchanged(dir, &props_changed))
+        let (files, props) = changed_dirs.as_ref()?;
+        (files.node_unchanged(dir) && props.node_unchanged(dir))
             .then(|| r.nodes.get(dir).copied())
             .flatten()
     };

@@ -581,12 +581,12 @@ mod tests {
                     .zip(&produced)
                     .map(|(f, p)| {
                         let props = file_props
-                            .get(&f.path)
+                            .get(&*f.path)
                             .filter(|_| portable)
                             .cloned()
                             .unwrap_or_default();
                         FileEntry {
-                            path: f.path.clone(),
+                            path: f.path.to_string(),
                             size: f.size,
                             mode: f.mode,
                             sha256: hex(p),

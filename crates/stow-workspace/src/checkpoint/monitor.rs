@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::format::FileProps;
-use super::scan::{parent_dir, restat, within, Scan};
+use super::scan::{restat, Scan};
 use crate::statcache::{FileStamp, StatCache};
 use crate::watch::{Changes, TreeWatch};
 
@@ -121,7 +121,7 @@ impl Kept {
         // cover.
         for f in self.scan.files.iter().filter(|f| f.nlink > 1) {
             if restat(root, f).as_ref() != Some(f) {
-                changed.insert(f.path.clone());
+                changed.insert(f.path.to_string());
             }
         }
         let scan = super::scan::rescan(
@@ -158,10 +158,95 @@ impl Kept {
     }
 }
 
-/// Whether directory `dir`'s node may be reused: nothing at or beneath it
-/// changed, and it is not beneath a changed directory.
-pub(super) fn node_unchanged(dir: &str, changed: &BTreeSet<String>) -> bool {
-    !changed
-        .iter()
-        .any(|c| within(c, dir) || within(dir, c) || parent_dir(c) == dir)
+/// The directories whose kept node a set of changed paths rules out: a
+/// directory at or above a change (its listing or a child node changed),
+/// or beneath a changed path (replaced with it). Built once per capture,
+/// so asking costs the directory's depth, not the number of changes.
+pub(super) struct ChangedDirs<'a> {
+    changed: &'a BTreeSet<String>,
+    at_or_above: std::collections::HashSet<&'a str>,
+}
+
+impl<'a> ChangedDirs<'a> {
+    pub(super) fn new(changed: &'a BTreeSet<String>) -> ChangedDirs<'a> {
+        let mut at_or_above = std::collections::HashSet::new();
+        for c in changed {
+            let mut p = c.strip_suffix('/').unwrap_or(c);
+            at_or_above.insert(p);
+            while let Some((parent, _)) = p.rsplit_once('/') {
+                at_or_above.insert(parent);
+                p = parent;
+            }
+            at_or_above.insert("");
+        }
+        ChangedDirs {
+            changed,
+            at_or_above,
+        }
+    }
+
+    /// Whether directory `dir`'s node may be reused.
+    pub(super) fn node_unchanged(&self, dir: &str) -> bool {
+        if self.at_or_above.contains(dir) || self.changed.contains("") {
+            return false;
+        }
+        let mut p = dir;
+        loop {
+            if self.changed.contains(p) {
+                return false;
+            }
+            match p.rsplit_once('/') {
+                Some((parent, _)) => p = parent,
+                None => return true,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChangedDirs;
+    use crate::checkpoint::scan::parent_dir;
+    use std::collections::BTreeSet;
+
+    /// Whether `path` is `dir` or lies beneath it (`dir` "" is the root).
+    fn within(path: &str, dir: &str) -> bool {
+        dir.is_empty()
+            || path
+                .strip_prefix(dir)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// The rule, said directly: no change at or beneath the directory, none
+    /// above it, and none whose parent it is.
+    fn by_definition(dir: &str, changed: &BTreeSet<String>) -> bool {
+        !changed
+            .iter()
+            .any(|c| within(c, dir) || within(dir, c) || parent_dir(c) == dir)
+    }
+
+    #[test]
+    fn changed_dirs_agree_with_the_rule() {
+        let dirs = ["", "a", "a/b", "a/b/c", "a-b", "ab", "x", "x/y", "x/y/z"];
+        let sets: [&[&str]; 7] = [
+            &[],
+            &["a/b/f.txt"],
+            &["a/b"],
+            &["x/y/"],
+            &["a-b/q", "x"],
+            &["ab/c/d/e"],
+            &["top.txt"],
+        ];
+        for set in sets {
+            let changed: BTreeSet<String> = set.iter().map(|s| s.to_string()).collect();
+            let fast = ChangedDirs::new(&changed);
+            for dir in dirs {
+                assert_eq!(
+                    fast.node_unchanged(dir),
+                    by_definition(dir, &changed),
+                    "{dir:?} with {set:?}"
+                );
+            }
+        }
+    }
 }

@@ -21,8 +21,15 @@ pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option
     files
         .iter()
         .map(|f| {
-            while entries.next_if(|c| c.path < f.path).is_some() {}
-            let c = entries.next_if(|c| c.path == f.path)?;
+            // A cache this process made shares the scan's names: equal
+            // pointers spare comparing the strings.
+            let c = match entries.next_if(|c| std::sync::Arc::ptr_eq(&c.path, &f.path)) {
+                Some(c) => c,
+                None => {
+                    while entries.next_if(|c| c.path < f.path).is_some() {}
+                    entries.next_if(|c| c.path == f.path)?
+                }
+            };
             let same = c.size == f.size
                 && c.mode == f.mode
                 && c.mtime_ns == f.mtime_ns
@@ -234,7 +241,7 @@ pub(super) fn produce_one(
 ) -> Result<Payload> {
     // Hash and stage in one read. Staging even when the blob may already
     // exist keeps this single-pass; the duplicate is dropped at publication.
-    let src = root.join(&file.path);
+    let src = root.join(&*file.path);
     // Never through a link; a file that went away (or became something
     // else) since the scan listed it is the tree changing, not an I/O
     // failure.

@@ -19,7 +19,7 @@ use crate::watch::{Changes, TreeWatch};
 /// One scanned file with the stat fields the cache keys on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Scanned {
-    pub(super) path: String,
+    pub(super) path: std::sync::Arc<str>,
     pub(super) size: u64,
     pub(super) mode: u32,
     pub(super) mtime_ns: i64,
@@ -31,9 +31,9 @@ pub(super) struct Scanned {
 }
 
 impl Scanned {
-    fn new(path: String, meta: &fs::Metadata) -> Scanned {
+    fn new(path: impl Into<std::sync::Arc<str>>, meta: &fs::Metadata) -> Scanned {
         Scanned {
-            path,
+            path: path.into(),
             size: meta.len(),
             mode: meta.permissions().mode() & 0o777,
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
@@ -173,14 +173,6 @@ pub(super) fn parent_dir(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(p, _)| p)
 }
 
-/// Whether `path` is `dir` or lies beneath it (`dir` "" is the root).
-pub(super) fn within(path: &str, dir: &str) -> bool {
-    dir.is_empty()
-        || path
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-}
-
 /// The tree now, from scan `old` and the captured names that changed since
 /// it was taken (`changed`, from a watch that has covered the tree since):
 /// the directories holding a change are read again, a changed directory
@@ -194,7 +186,7 @@ pub(super) fn rescan(
     ignore: Option<&Gitignore>,
     watch: &TreeWatch,
 ) -> Result<Scan> {
-    use std::collections::{BTreeSet, HashSet};
+    use std::collections::BTreeSet;
     if changed.is_empty() {
         return Ok(old);
     }
@@ -213,12 +205,19 @@ pub(super) fn rescan(
             }
         }
     };
-    let old_dirs: HashSet<String> = old.dirs.iter().map(|d| d.path.clone()).collect();
+    // Sorted by path: looked up by binary search while re-reading, then
+    // kept like the other lists.
+    let old_dirs = old.dirs;
+    let known_dir = |rel: &str| {
+        old_dirs
+            .binary_search_by(|d| d.path.as_str().cmp(rel))
+            .is_ok()
+    };
     let stale = |path: &str| relist.contains(parent_dir(path)) || replaced(path);
     let mut kept = Scan {
         files: drop_stale(old.files, |f| &f.path, &relist, changed, &stale),
         excluded: drop_stale(old.excluded, |p| p, &relist, changed, &stale),
-        dirs: drop_stale(old.dirs, |d| &d.path, &relist, changed, &stale),
+        dirs: Vec::new(),
         links: drop_stale(old.links, |l| &l.path, &relist, changed, &stale),
         skipped: drop_stale(old.skipped, |s| &s.path, &relist, changed, &stale),
         ignored: drop_stale(old.ignored, |p| p, &relist, changed, &stale),
@@ -226,7 +225,7 @@ pub(super) fn rescan(
     let mut out = Scan::default();
     // Directories to scan whole: new or replaced ones met while re-reading.
     let mut whole: Vec<(PathBuf, String, usize)> = Vec::new();
-    for dir in relist {
+    for &dir in &relist {
         // A directory that is itself replaced is read with its subtree.
         if replaced(dir) && !dir.is_empty() {
             continue;
@@ -250,7 +249,7 @@ pub(super) fn rescan(
         let mut subdirs = Vec::new();
         scan_dir(&abs, dir, depth, sens, ignore, &mut out, &mut subdirs)?;
         for (abs, rel, depth) in subdirs {
-            if !old_dirs.contains(&rel) || replaced(&rel) {
+            if !known_dir(&rel) || replaced(&rel) {
                 whole.push((abs, rel, depth));
             }
         }
@@ -258,6 +257,7 @@ pub(super) fn rescan(
     if !whole.is_empty() {
         out.append(scan_from(whole, sens, ignore, Some(watch))?);
     }
+    kept.dirs = drop_stale(old_dirs, |d| &d.path, &relist, changed, &stale);
     // What was read again is merged into what was kept: both sorted, so
     // one pass, not a sort of the whole tree.
     out.sort();
@@ -320,23 +320,27 @@ fn drop_stale<T>(
         .collect()
 }
 
-/// Merges two lists sorted by `key` into one.
+/// Merges two lists sorted by `key` into one (on equal keys, `a`'s entry
+/// first). `b` is short (what a monitored capture read again): each of its
+/// entries finds its place by binary search, and the runs of `a` between
+/// them move without being compared.
 fn merge_sorted<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
     if b.is_empty() {
         return a;
     }
+    let cuts: Vec<usize> = b
+        .iter()
+        .map(|y| a.partition_point(|x| key(x) <= key(y)))
+        .collect();
     let mut out = Vec::with_capacity(a.len() + b.len());
-    let mut a = a.into_iter().peekable();
-    let mut b = b.into_iter().peekable();
-    loop {
-        let take_a = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => key(x) <= key(y),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        out.extend(if take_a { a.next() } else { b.next() });
+    let mut a = a.into_iter();
+    let mut taken = 0;
+    for (y, cut) in b.into_iter().zip(cuts) {
+        out.extend(a.by_ref().take(cut.saturating_sub(taken)));
+        taken = taken.max(cut);
+        out.push(y);
     }
+    out.extend(a);
     out
 }
 
@@ -530,7 +534,7 @@ pub(super) fn tree_changes(
     if let Some(Changes::Paths(mut set)) = watch.map(|w| w.changes(sens, ignore)) {
         for f in before.files.iter().filter(|f| f.nlink > 1) {
             if restat(root, f).as_ref() != Some(f) {
-                set.insert(f.path.clone());
+                set.insert(f.path.to_string());
             }
         }
         return Ok(Changes::Paths(set));
@@ -544,8 +548,32 @@ pub(super) fn tree_changes(
 
 /// `f` as it is on disk now (`None` when it is no longer a regular file).
 pub(super) fn restat(root: &Path, f: &Scanned) -> Option<Scanned> {
-    let meta = fs::symlink_metadata(root.join(&f.path)).ok()?;
+    let meta = fs::symlink_metadata(root.join(&*f.path)).ok()?;
     meta.file_type()
         .is_file()
         .then(|| Scanned::new(f.path.clone(), &meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_sorted;
+
+    fn key(e: &(String, u8)) -> &str {
+        &e.0
+    }
+
+    #[test]
+    fn merging_keeps_path_order_with_the_kept_entry_first() {
+        let tag = |v: &[&str], t: u8| -> Vec<(String, u8)> {
+            v.iter().map(|s| (s.to_string(), t)).collect()
+        };
+        let a = tag(&["a", "b/x", "b/y", "d", "f"], 0);
+        let b = tag(&["0", "b/y", "c", "e", "z/1", "z/2"], 1);
+        let mut want = [a.clone(), b.clone()].concat();
+        // A stable sort: on equal paths the kept entry (0) stays first.
+        want.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(merge_sorted(a.clone(), b.clone(), key), want);
+        assert_eq!(merge_sorted(a.clone(), Vec::new(), key), a);
+        assert_eq!(merge_sorted(Vec::new(), b.clone(), key), b);
+    }
 }

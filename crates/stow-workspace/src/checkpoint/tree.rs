@@ -67,6 +67,36 @@ fn split_parent(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
 }
 
+/// The indexes of the entries of `list` (sorted by `key`, a slash path)
+/// directly in directory `dir` ("" for the root). A subdirectory's
+/// entries are skipped by one binary search: they lie in `["sub/", "sub0")`.
+fn direct_members<T>(list: &[T], key: impl Fn(&T) -> &str, dir: &str) -> Vec<usize> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut out = Vec::new();
+    let mut i = list.partition_point(|e| key(e) < prefix.as_str());
+    while let Some(e) = list.get(i) {
+        let path = key(e);
+        let Some(rest) = path.strip_prefix(prefix.as_str()) else {
+            break;
+        };
+        match rest.find('/') {
+            None => {
+                out.push(i);
+                i += 1;
+            }
+            Some(slash) => {
+                let end = format!("{}0", &path[..prefix.len() + slash]);
+                i += list[i..].partition_point(|e| key(e) < end.as_str());
+            }
+        }
+    }
+    out
+}
+
 /// Builds the nodes of scan `scan`, whose files have the digests
 /// `digests` (same order) and, in a portable capture, the S3 properties
 /// `props`. `reuse` may name a directory's node known to be unchanged
@@ -77,54 +107,25 @@ pub(crate) fn build(
     props: Option<&HashMap<String, FileProps>>,
     reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
 ) -> Result<BuiltTree> {
-    // Directory path → its slot; slot 0 is the root, slot i + 1 is
-    // `scan.dirs[i]`.
-    let mut slot: HashMap<&str, usize> = HashMap::with_capacity(scan.dirs.len() + 1);
-    slot.insert("", 0);
-    for (i, d) in scan.dirs.iter().enumerate() {
-        slot.insert(d.path.as_str(), i + 1);
-    }
-    let mut members: Vec<Members> = (0..=scan.dirs.len()).map(|_| Members::default()).collect();
-    // Directories whose node is known need no members.
-    let reused: Vec<Option<[u8; 32]>> = std::iter::once("")
-        .chain(scan.dirs.iter().map(|d| d.path.as_str()))
-        .map(reuse)
-        .collect();
-    // Consecutive entries mostly share their directory: the last lookup
-    // is kept.
-    let mut last: (String, usize) = (String::new(), 0);
-    let mut parent_of = |path: &str| -> Result<Option<usize>> {
-        let parent = split_parent(path).0;
-        if parent != last.0 {
-            let found = slot.get(parent).copied().ok_or_else(|| {
-                WsError::InvalidRequest(format!("{path}: its directory was not scanned"))
-            })?;
-            last = (parent.to_string(), found);
+    // Slot 0 is the root, slot i + 1 is `scan.dirs[i]`.
+    let dir_path = |s: usize| {
+        if s == 0 {
+            ""
+        } else {
+            scan.dirs[s - 1].path.as_str()
         }
-        Ok(reused[last.1].is_none().then_some(last.1))
     };
-    // The scan's lists are sorted by path, so each directory's members
-    // arrive in name order.
-    for (i, f) in scan.files.iter().enumerate() {
-        if let Some(p) = parent_of(&f.path)? {
-            members[p].files.push(i);
-        }
-    }
-    for (i, d) in scan.dirs.iter().enumerate() {
-        if let Some(p) = parent_of(&d.path)? {
-            members[p].dirs.push(i);
-        }
-    }
-    for (i, l) in scan.links.iter().enumerate() {
-        if let Some(p) = parent_of(&l.path)? {
-            members[p].links.push(i);
-        }
-    }
-    for (i, k) in scan.skipped.iter().enumerate() {
-        if let Some(p) = parent_of(&k.path)? {
-            members[p].skipped.push(i);
-        }
-    }
+    let reused: Vec<Option<[u8; 32]>> = (0..=scan.dirs.len()).map(|s| reuse(dir_path(s))).collect();
+    // Only directories whose node is built need their members, found by
+    // binary search in the scan's sorted lists: a capture after a few
+    // changes looks at the directories on their paths, not the tree.
+    let members_of = |s: usize| Members {
+        files: direct_members(&scan.files, |f| &f.path, dir_path(s)),
+        dirs: direct_members(&scan.dirs, |d| &d.path, dir_path(s)),
+        links: direct_members(&scan.links, |l| &l.path, dir_path(s)),
+        skipped: direct_members(&scan.skipped, |k| &k.path, dir_path(s)),
+    };
+    let mut placed = [0usize; 4];
     let mut shas: Vec<Option<[u8; 32]>> = vec![None; scan.dirs.len() + 1];
     let mut nodes: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     let mut seen: std::collections::HashSet<[u8; 32]> = std::collections::HashSet::new();
@@ -136,7 +137,13 @@ pub(crate) fn build(
             shas[s] = Some(sha);
             continue;
         }
-        let m = &members[s];
+        let m = &members_of(s);
+        for (n, list) in placed
+            .iter_mut()
+            .zip([&m.files, &m.dirs, &m.links, &m.skipped])
+        {
+            *n += list.len();
+        }
         let mut out = Vec::with_capacity(64 + m.files.len() * 80);
         out.extend_from_slice(MAGIC);
         put_u32(&mut out, m.files.len());
@@ -149,7 +156,7 @@ pub(crate) fn build(
                 .get(i)
                 .ok_or_else(|| WsError::InvalidRequest(format!("{}: no digest", f.path)))?;
             out.extend_from_slice(sha);
-            put_props(&mut out, props.and_then(|p| p.get(&f.path)));
+            put_props(&mut out, props.and_then(|p| p.get(&*f.path)));
         }
         put_u32(&mut out, m.dirs.len());
         for &i in &m.dirs {
@@ -178,6 +185,18 @@ pub(crate) fn build(
         if seen.insert(sha) {
             nodes.push((sha, out));
         }
+    }
+    // Built whole, every entry must have found its directory.
+    let lengths = [
+        scan.files.len(),
+        scan.dirs.len(),
+        scan.links.len(),
+        scan.skipped.len(),
+    ];
+    if reused.iter().all(Option::is_none) && placed != lengths {
+        return Err(WsError::InvalidRequest(format!(
+            "the scan holds entries outside its directories ({placed:?} of {lengths:?} placed)"
+        )));
     }
     let dir_shas: Vec<[u8; 32]> = shas.into_iter().flatten().collect();
     let root = *dir_shas
