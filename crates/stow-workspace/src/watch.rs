@@ -166,6 +166,12 @@ mod imp {
             dirs.insert(wd, (rel.to_string(), depth));
         }
 
+        /// How many directories are watched now.
+        #[cfg(test)]
+        pub(crate) fn watched_dirs(&self) -> usize {
+            self.dirs.lock().unwrap_or_else(|e| e.into_inner()).len()
+        }
+
         /// Every captured name that changed since the watches were added
         /// (or the last drain). Drains the queue.
         pub(crate) fn changes(&self, sens: bool, rules: Option<&Gitignore>) -> Changes {
@@ -193,7 +199,7 @@ mod imp {
             if self.incomplete.load(Ordering::Relaxed) {
                 return false;
             }
-            let dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
             // inotify_event is 16 bytes plus a name; align for the header reads.
             let mut buf = vec![0u64; 8192];
             loop {
@@ -219,7 +225,7 @@ mod imp {
                 // SAFETY: `n` bytes were written into the buffer.
                 let bytes =
                     unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
-                match changes_in(bytes, &dirs, sens, rules, sink) {
+                match changes_in(bytes, &mut dirs, sens, rules, sink) {
                     Batch::More => {}
                     Batch::Enough => return true,
                     Batch::Uncovered => {
@@ -244,7 +250,7 @@ mod imp {
     /// Passes each captured change in a batch of raw events to `sink`.
     fn changes_in(
         mut bytes: &[u8],
-        dirs: &HashMap<i32, (String, usize)>,
+        dirs: &mut HashMap<i32, (String, usize)>,
         sens: bool,
         rules: Option<&Gitignore>,
         sink: &mut dyn FnMut(String) -> bool,
@@ -264,8 +270,10 @@ mod imp {
                 return Batch::Uncovered;
             }
             if mask & libc::IN_IGNORED != 0 {
-                // The watch went away with its directory; the directory's
-                // removal or move arrives (or arrived) as its own event.
+                // The watch went away with its directory (its last event;
+                // the kernel may give the number to a new watch later); the
+                // directory's removal or move arrives as its own event.
+                dirs.remove(&wd);
                 continue;
             }
             let Some((rel, depth)) = dirs.get(&wd) else {
@@ -387,6 +395,18 @@ mod tests {
         let (t, w) = watched();
         change(t.path());
         w.verdict(sens, None)
+    }
+
+    #[test]
+    fn a_removed_directory_leaves_the_watch_list() {
+        let (t, w) = watched();
+        assert_eq!(w.watched_dirs(), 2);
+        fs::remove_dir_all(t.path().join("sub")).unwrap();
+        assert_eq!(w.verdict(false, None), Verdict::Changed);
+        assert_eq!(w.watched_dirs(), 1);
+        // What the kernel reports later about other directories still lands.
+        fs::write(t.path().join("a.txt"), "v2").unwrap();
+        assert_eq!(w.verdict(false, None), Verdict::Changed);
     }
 
     #[test]

@@ -29,6 +29,9 @@ const MAX_ACTIVE: usize = 8;
 /// How long a connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The pause after a failed `accept`.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
 /// A running watch service for one workspace. Dropping it stops accepting,
 /// lets requests in flight finish, and removes the socket.
 pub struct WatchService {
@@ -130,7 +133,16 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = conn else { continue };
+        let stream = match conn {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of descriptors (or memory) the error repeats at once:
+                // pause instead of spinning until requests finish.
+                tracing::warn!(error = %e, "accepting a watch request failed");
+                std::thread::sleep(ACCEPT_BACKOFF);
+                continue;
+            }
+        };
         {
             let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
             if *active >= MAX_ACTIVE {
