@@ -74,9 +74,45 @@ pub struct AdoptArgs {
 pub struct WorkspaceCore {
     settings: WorkspaceSettings,
     adopted: Mutex<HashSet<String>>,
-    /// A watch kept over each workspace this server captured, so the next
-    /// capture reads only what changed.
-    monitors: Mutex<HashMap<String, Arc<TreeMonitor>>>,
+    /// A watch kept over each workspace this server captured recently, so
+    /// the next capture reads only what changed.
+    monitors: Mutex<Monitors>,
+}
+
+/// Monitors kept at most: each holds an inotify instance (128 per user by
+/// default) and its tree's scan; the least recently captured goes first,
+/// and its next capture scans the whole tree.
+const MAX_MONITORS: usize = 8;
+
+/// The kept monitors, each with the tick of its last capture.
+#[derive(Default)]
+struct Monitors {
+    by_workspace: HashMap<String, (Arc<TreeMonitor>, u64)>,
+    tick: u64,
+}
+
+impl Monitors {
+    /// The monitor of `workspace`, made (and the oldest dropped) if needed.
+    fn for_capture(&mut self, workspace: &str) -> Arc<TreeMonitor> {
+        self.tick += 1;
+        let tick = self.tick;
+        if !self.by_workspace.contains_key(workspace) && self.by_workspace.len() >= MAX_MONITORS {
+            let oldest = self
+                .by_workspace
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.by_workspace.remove(&k);
+            }
+        }
+        let entry = self
+            .by_workspace
+            .entry(workspace.to_string())
+            .or_insert_with(|| (Arc::new(TreeMonitor::new()), tick));
+        entry.1 = tick;
+        Arc::clone(&entry.0)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -90,7 +126,7 @@ impl WorkspaceCore {
         WorkspaceCore {
             settings,
             adopted: Mutex::new(HashSet::new()),
-            monitors: Mutex::new(HashMap::new()),
+            monitors: Mutex::new(Monitors::default()),
         }
     }
 
@@ -162,10 +198,11 @@ impl WorkspaceCore {
                 return WsEnvelope::refused("not_committed", "invalid_request", "validate", m)
             }
         };
-        let monitor = {
-            let mut all = self.monitors.lock().unwrap_or_else(|e| e.into_inner());
-            all.entry(a.workspace_id.clone()).or_default().clone()
-        };
+        let monitor = self
+            .monitors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .for_capture(&a.workspace_id);
         let req = KeyedRequest {
             monitor: Some(&monitor),
             workspace_id: &a.workspace_id,
@@ -625,5 +662,20 @@ mod tests {
         assert_eq!(WorkspaceCore::narrow(Some(3), 10, "m"), Ok(3));
         assert!(WorkspaceCore::narrow(Some(11), 10, "m").is_err());
         assert!(WorkspaceCore::narrow(Some(-1), 10, "m").is_err());
+    }
+
+    #[test]
+    fn the_least_recently_captured_monitor_goes_first() {
+        let mut m = Monitors::default();
+        let first = m.for_capture("ws_0");
+        for i in 1..MAX_MONITORS {
+            m.for_capture(&format!("ws_{i}"));
+        }
+        // ws_0 captured again: ws_1 is now the oldest.
+        assert!(Arc::ptr_eq(&first, &m.for_capture("ws_0")));
+        m.for_capture("ws_new");
+        assert_eq!(m.by_workspace.len(), MAX_MONITORS);
+        assert!(m.by_workspace.contains_key("ws_0"));
+        assert!(!m.by_workspace.contains_key("ws_1"));
     }
 }
