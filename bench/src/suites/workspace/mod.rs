@@ -504,8 +504,12 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     let mut watched_inc = Vec::new();
     let (mut git_inc, mut git_fsync_inc) = (Vec::new(), Vec::new());
     let inc_reps = plan.reps as u64 + 2;
+    // The in-process, CLI, watched and MCP sides capture one tree into
+    // three registries, so each first catches up (untimed) with the other
+    // sides' changes: every timed capture follows exactly its own 10.
     for rep in 0..inc_reps {
         let round = rep * 8;
+        checkpoint::capture(&reg, &ws.workspace_id, &opts).map_err(|e| e.to_string())?;
         change_ten(&plan, &pool, &root, round)?;
         ours_inc.push(time_one_all_cpu(|| {
             checkpoint::capture(&reg, &ws.workspace_id, &opts).map_err(|e| e.to_string())?;
@@ -513,8 +517,14 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         })?);
         change_ten(&plan, &pool, &root, round + 1)?;
         cli_inc.push(cli_capture(&reg)?);
+        cli_capture(&watch_reg)?;
         change_ten(&plan, &pool, &root, round + 5)?;
         watched_inc.push(cli_capture(&watch_reg)?);
+        super::mcp_workspace::mcp_capture(
+            &mut server,
+            &ws.workspace_id,
+            &format!("catch-up-{rep}"),
+        )?;
         change_ten(&plan, &pool, &root, round + 2)?;
         mcp_inc.push(super::mcp_workspace::mcp_capture(
             &mut server,
@@ -747,7 +757,8 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
             "the incremental figures take turns per repetition (in process, CLI, CLI with \
              `workspace watch` running, MCP, git, git fsync), each after changing its own 10 \
              files; the watched CLI and the MCP server have registries of their own and keep \
-             their watch between captures"
+             their watch between captures; each of our sides first catches up, untimed, with the \
+             other sides' changes to the shared tree, so its timed capture follows exactly its 10"
                 .into(),
             "first checkpoint, prepare and restore: an untimed sync before every run, so no \
              side pays for another's writeback; on large trees each figure's copies are removed \
