@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 
 use super::s3::{start_ours, ACCESS_KEY, REGION, SECRET_KEY};
 use super::workspace::{bench_workspace, change_ten, fresh_registry, Plan};
@@ -181,7 +181,7 @@ fn measure(
     bin: &Path,
     endpoint: &str,
     ws: &stow_workspace::WorkspaceResult,
-    reg: &stow_workspace::Registry,
+    reg: &stow_checkpoint::Registry,
     cp0: &str,
     root: &Path,
     tree_bytes: u64,

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stow_workspace::progress::Progress;
+use stow_checkpoint::progress::Progress;
 
 /// Redraws at most every 100 ms; clears its line when dropped.
 pub struct TerminalBar {

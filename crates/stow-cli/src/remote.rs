@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use stow_checkpoint::progress::Progress;
+use stow_checkpoint::remote::{self, Connector, PullOptions, PushOptions, RemoteSpec, RemoteStore};
+use stow_checkpoint::Registry;
 use stow_remote::{S3Connector, DEFAULT_TIMEOUT};
-use stow_workspace::progress::Progress;
-use stow_workspace::remote::{self, Connector, PullOptions, PushOptions, RemoteSpec, RemoteStore};
-use stow_workspace::Registry;
 
 use crate::progress::TerminalBar;
 use crate::workspace::{json, RegistryArgs, TransferArgs};
@@ -130,7 +130,7 @@ fn open(
     let spec = remote::get_remote(registry, name)?;
     let store = connector(timeout)?
         .connect(&spec)
-        .map_err(stow_workspace::WsError::from)?;
+        .map_err(stow_checkpoint::WsError::from)?;
     Ok(store)
 }
 

@@ -158,7 +158,7 @@ pub struct WorkspaceServeArgs {
 /// Serves a workspace's bucket view until SIGINT/SIGTERM. Readiness is one
 /// JSON line (`version: 1`) on `--ready-fd`, else on stdout.
 pub fn run_workspace(
-    registry: &stow_workspace::Registry,
+    registry: &stow_checkpoint::Registry,
     args: WorkspaceServeArgs,
 ) -> Result<serde_json::Value, CliError> {
     let listen = &args.listen;
@@ -171,7 +171,7 @@ pub fn run_workspace(
     )?;
     // CLI captures of the served workspace read only what changed while
     // the server runs (another `workspace watch` may already serve them).
-    let _watch = match stow_workspace::watch_service::WatchService::start(registry, &args.id) {
+    let _watch = match stow_checkpoint::watch_service::WatchService::start(registry, &args.id) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(error = %e, "captures of this workspace are not watched");

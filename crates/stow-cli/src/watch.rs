@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
-use stow_workspace::watch_service::WatchService;
-use stow_workspace::Registry;
+use stow_checkpoint::watch_service::WatchService;
+use stow_checkpoint::Registry;
 
 use crate::CliError;
 

@@ -4,19 +4,18 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
+use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest};
+use stow_checkpoint::{Registry, WsError};
 use stow_workspace::admin::{self, PolicyUpdate};
-use stow_workspace::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
-use stow_workspace::checkpoint;
-use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
 use stow_workspace::handoff::AdoptOptions;
 use stow_workspace::restore::{self, RestoreLimits};
-use stow_workspace::watch_service::{self, CaptureReply, CaptureRequest};
 use stow_workspace::{handoff, open};
-use stow_workspace::{Registry, WsError};
 
 use crate::progress::TerminalBar;
 use crate::CliError;
-use stow_workspace::progress::Progress;
+use stow_checkpoint::progress::Progress;
 
 impl From<WsError> for CliError {
     fn from(e: WsError) -> Self {
@@ -622,9 +621,9 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 include_sensitive,
             },
         )?),
-        C::Gc { registry } => json(checkpoint::gc(&registry.open()?)?),
+        C::Gc { registry } => json(stow_checkpoint::gc(&registry.open()?)?),
         C::Check { quick, registry } => {
-            let r = checkpoint::check(&registry.open()?, quick)?;
+            let r = stow_checkpoint::check(&registry.open()?, quick)?;
             if r.damaged.is_empty() {
                 return json(r);
             }
@@ -643,7 +642,9 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 ),
             })
         }
-        C::Diff { from, to, registry } => json(checkpoint::diff(&registry.open()?, &from, &to)?),
+        C::Diff { from, to, registry } => {
+            json(stow_checkpoint::diff(&registry.open()?, &from, &to)?)
+        }
         C::Restore {
             checkpoint_id,
             root,
@@ -666,7 +667,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
         C::CheckpointDelete {
             checkpoint_id,
             registry,
-        } => json(checkpoint::delete(&registry.open()?, &checkpoint_id)?),
+        } => json(stow_checkpoint::delete(&registry.open()?, &checkpoint_id)?),
         C::Destroy { id, registry } => json(admin::destroy(&registry.open()?, &id)?),
         C::Collect { registry } => json(admin::collect(&registry.open()?)?),
         C::Prune {

@@ -6,7 +6,7 @@
 use std::error::Error as StdError;
 
 use object_store::client::{HttpError, HttpErrorKind};
-use stow_workspace::remote::{RemoteError, RemoteFailure};
+use stow_checkpoint::remote::{RemoteError, RemoteFailure};
 
 /// Every message in the error's source chain, joined.
 fn chain_text(e: &(dyn StdError + 'static)) -> String {

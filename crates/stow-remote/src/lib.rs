@@ -1,4 +1,4 @@
-//! Remotes over a real S3 service: `stow_workspace::remote::RemoteStore`
+//! Remotes over a real S3 service: `stow_checkpoint::remote::RemoteStore`
 //! implemented with `object_store` (SigV4, retries with exponential
 //! backoff, create-only puts, multipart), TLS by rustls with the ring
 //! provider. This crate holds no checkpoint logic: it moves bytes and
@@ -19,7 +19,7 @@ use object_store::{
     Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
     PutMode, PutMultipartOptions, PutOptions, RetryConfig, WriteMultipart,
 };
-use stow_workspace::remote::{
+use stow_checkpoint::remote::{
     parse_s3_url, Body, Connector, Created, RemoteError, RemoteFailure, RemoteObject, RemoteSpec,
     RemoteStore,
 };

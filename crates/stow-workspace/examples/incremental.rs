@@ -4,7 +4,7 @@
 use std::fs;
 use std::time::Instant;
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::{prepare, Registry};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::{Result, WsError};
-use crate::fsutil::{format_secs, now_secs, parse_time};
 use crate::prepare::{is_live, read_identity};
-use crate::registry::{Policy, Record, Registry};
+use stow_checkpoint::fsutil::{format_secs, now_secs, parse_time};
+use stow_checkpoint::registry::{Policy, Record, Registry};
+use stow_checkpoint::{Result, WsError};
 
 /// One row of `list`.
 #[derive(Debug, Clone, Serialize)]
@@ -148,7 +148,7 @@ fn remove_owned(registry: &Registry, rec: &Record) -> Result<()> {
         }
         fs::remove_dir_all(&rec.dir).map_err(|e| WsError::io_at("remove", &rec.dir, e))?;
     }
-    crate::checkpoint::delete_workspace_checkpoints(registry, &rec.id)?;
+    stow_checkpoint::delete_workspace_checkpoints(registry, &rec.id)?;
     registry.remove(&rec.id)
 }
 
@@ -277,7 +277,7 @@ pub fn prune(registry: &Registry, include_adopted: bool) -> Result<PruneResult> 
             }
             Err(_) if !rec.owned && !include_adopted => (false, "gone-adopted".to_string()),
             Err(_) => {
-                let forgot = crate::checkpoint::delete_workspace_checkpoints(registry, &rec.id)
+                let forgot = stow_checkpoint::delete_workspace_checkpoints(registry, &rec.id)
                     .and_then(|()| registry.remove(&rec.id));
                 match forgot {
                     Ok(()) if rec.owned => (true, "pruned".to_string()),
@@ -321,7 +321,7 @@ pub struct PolicyUsage {
 }
 
 fn usage(registry: &Registry) -> Result<PolicyUsage> {
-    let (checkpoints, checkpoint_bytes) = crate::checkpoint::registry_usage(registry)?;
+    let (checkpoints, checkpoint_bytes) = stow_checkpoint::registry_usage(registry)?;
     Ok(PolicyUsage {
         workspaces: registry.count()?,
         checkpoints,

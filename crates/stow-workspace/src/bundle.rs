@@ -6,13 +6,15 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::archive::ExportOptions;
-use crate::error::{Result, WsError};
-use crate::fsutil::{create_private_dir, fsync_dir, random_hex, rename_noreplace, write_new_file};
 use crate::handoff::{adopt_document, AdoptOptions, HandoffArchive, HandoffDocument};
-use crate::paths::segment_problem;
 use crate::prepare::WorkspaceResult;
-use crate::registry::Registry;
+use stow_checkpoint::archive::ExportOptions;
+use stow_checkpoint::fsutil::{
+    create_private_dir, fsync_dir, random_hex, rename_noreplace, write_new_file,
+};
+use stow_checkpoint::paths::segment_problem;
+use stow_checkpoint::registry::Registry;
+use stow_checkpoint::{Result, WsError};
 
 /// The archive's name inside a bundle.
 pub const BUNDLE_ARCHIVE: &str = "checkpoint.tar.gz";
@@ -63,7 +65,7 @@ pub fn export_bundle(
     name: &str,
 ) -> Result<ExportedBundle> {
     check_child_name(name, "bundle")?;
-    crate::checkpoint::check_belongs(registry, cp, ws)?;
+    stow_checkpoint::check_belongs(registry, cp, ws)?;
     let dst = root.join(name);
     if fs::symlink_metadata(&dst).is_ok() {
         return Err(WsError::AlreadyExists(format!("bundle {name}")));
@@ -71,7 +73,7 @@ pub fn export_bundle(
     let stage = root.join(format!(".stow-bundle-{}", random_hex(8)));
     create_private_dir(&stage)?;
     let built = (|| -> Result<HandoffDocument> {
-        let exported = crate::archive::export(
+        let exported = stow_checkpoint::archive::export(
             registry,
             cp,
             &stage.join(BUNDLE_ARCHIVE),

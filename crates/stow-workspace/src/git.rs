@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::error::{Result, WsError};
+use stow_checkpoint::{Result, WsError};
 
 /// One file of a commit's tree, as `git ls-tree -r -l` reports it.
 #[derive(Debug, Clone)]

@@ -7,20 +7,20 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::archive::{
+use crate::manifest::check_new_root;
+use crate::prepare::WorkspaceResult;
+use crate::restore::{restore_as, RestoreLimits};
+use stow_checkpoint::archive::{
     export, file_sha256, import_with_digest, ArchiveLimits, Expectation, ExportOptions,
     ImportOptions,
 };
-use crate::error::{Result, WsError};
-use crate::fsutil::{absolute, write_new_file};
-use crate::manifest::check_new_root;
-use crate::prepare::WorkspaceResult;
-use crate::progress::{PhaseClock, Progress};
-use crate::registry::Registry;
-use crate::remote::{
+use stow_checkpoint::fsutil::{absolute, write_new_file};
+use stow_checkpoint::progress::{PhaseClock, Progress};
+use stow_checkpoint::registry::Registry;
+use stow_checkpoint::remote::{
     check_spec, get_remote, pull, push, Connector, PullOptions, PushOptions, PushResult, RemoteSpec,
 };
-use crate::restore::{restore_as, RestoreLimits};
+use stow_checkpoint::{Result, WsError};
 
 /// A handoff document (version 1 local; version 2 carries an archive).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,7 +91,7 @@ impl HandoffDocument {
                 doc.version
             )));
         }
-        crate::paths::check_workspace_id(&doc.workspace_id)?;
+        stow_checkpoint::paths::check_workspace_id(&doc.workspace_id)?;
         if let Some(r) = &doc.remote {
             if doc.archive.is_some() || doc.checkpoint_id.is_none() {
                 return Err(WsError::InvalidRequest(
@@ -120,7 +120,7 @@ pub fn handoff(
 ) -> Result<HandoffDocument> {
     let rec = registry.get(id)?;
     if let Some(cp) = checkpoint_id {
-        crate::checkpoint::check_belongs(registry, cp, &rec.id)?;
+        stow_checkpoint::check_belongs(registry, cp, &rec.id)?;
     }
     let output = check_output(output)?;
     let carried = match archive {
@@ -211,7 +211,7 @@ pub fn handoff_via_remote(
     output: Option<&Path>,
 ) -> Result<(HandoffDocument, PushResult)> {
     let rec = registry.get(id)?;
-    crate::checkpoint::check_belongs(registry, checkpoint_id, &rec.id)?;
+    stow_checkpoint::check_belongs(registry, checkpoint_id, &rec.id)?;
     let output = check_output(output)?;
     let spec = get_remote(registry, remote_name)?;
     let remote = connector.connect(&spec)?;
@@ -414,7 +414,7 @@ fn adopt_pulled(
             "this handoff names a remote, and no remote client was given".into(),
         )
     })?;
-    let local = crate::checkpoint::load_manifest(registry, checkpoint_id);
+    let local = stow_checkpoint::load_manifest(registry, checkpoint_id);
     let workspace_id = match local {
         Ok(m) => m.workspace_id,
         Err(WsError::NotFound(_)) => {

@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::{Result, WsError};
-use crate::fsutil::{absolute, clean};
 use crate::git;
-use crate::paths::{check_team, clean_destination, is_sensitive, join_rel, segment_problem};
+use stow_checkpoint::fsutil::{absolute, clean};
+use stow_checkpoint::paths::{
+    check_team, clean_destination, is_sensitive, join_rel, segment_problem,
+};
+use stow_checkpoint::{Result, WsError};
 
 /// Default workspace byte quota when the manifest gives 0 or nothing.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;

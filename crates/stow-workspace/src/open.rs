@@ -5,11 +5,11 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::bucket::{ViewQuota, WorkspaceBucket};
-use crate::error::{Result, WsError};
-use crate::fsutil::{now_rfc3339, FileLock};
 use crate::prepare::{capabilities, claim_session, read_identity, RegistryBound, WorkspaceResult};
-use crate::registry::{authority_names, min_bound, Record, Registry, POLICY_VERSION};
+use stow_checkpoint::bucket::{ViewQuota, WorkspaceBucket};
+use stow_checkpoint::fsutil::{now_rfc3339, FileLock};
+use stow_checkpoint::registry::{authority_names, min_bound, Record, Registry, POLICY_VERSION};
+use stow_checkpoint::{Result, WsError};
 
 /// A registered workspace whose session this process holds.
 pub struct Claimed {
@@ -101,7 +101,7 @@ pub(crate) fn describe(
         // (workspaces from before it was recorded are walked once here).
         base_identity: match read_identity(&rec.dir)?.base_identity {
             Some(b) => b,
-            None => crate::tree::base_identity(&rec.dir)?,
+            None => stow_checkpoint::walk::base_identity(&rec.dir)?,
         },
         repositories: Vec::new(),
         checkpoint_id: checkpoint_id.map(str::to_string),
@@ -127,7 +127,7 @@ pub fn resume(
         )));
     }
     if let Some(cp) = checkpoint_id {
-        crate::checkpoint::check_belongs(registry, cp, &rec.id).map_err(|_| {
+        stow_checkpoint::check_belongs(registry, cp, &rec.id).map_err(|_| {
             WsError::InvalidRequest("handoff checkpoint belongs to a different workspace".into())
         })?;
     }

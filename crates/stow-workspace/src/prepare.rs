@@ -8,16 +8,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, WsError};
-use crate::fsutil::{
+use crate::git;
+use crate::manifest::{Plan, TaskManifest};
+use stow_checkpoint::fsutil::{
     atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex, FileLock,
 };
-use crate::manifest::{Plan, TaskManifest};
-use crate::progress::PhaseClock;
-use crate::registry::{
+use stow_checkpoint::progress::PhaseClock;
+use stow_checkpoint::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
 };
-use crate::{git, tree};
+use stow_checkpoint::walk as tree;
+use stow_checkpoint::{Result, WsError};
 
 /// A resolved Git input, as reported in `repositories[]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -423,10 +424,10 @@ fn copy_all(
     root: &Path,
     present: Vec<(String, PathBuf)>,
 ) -> Result<Copied> {
-    use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
     use std::io::{Seek, SeekFrom};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Condvar, Mutex, MutexGuard};
+    use stow_checkpoint::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
     // Grouped by directory, so each thread creates in a directory of its own.
     let mut order: Vec<&crate::manifest::PlannedFile> = files.iter().collect();
     order.sort_by(|a, b| (parent_dir(&a.dest), &a.dest).cmp(&(parent_dir(&b.dest), &b.dest)));

@@ -7,18 +7,18 @@ use std::path::Path;
 
 use stow_store::{ObjectProps, PutOptions};
 
-use crate::bucket::WorkspaceBucket;
-use crate::checkpoint::{load_manifest, materialize, object_as_file, open_verified};
-use crate::error::{Result, WsError};
-use crate::fsutil::{absolute, now_rfc3339, random_hex};
 use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::prepare::{
     capabilities, claim_session, new_workspace_id, record_base_identity, write_identity, Identity,
     RegistryBound, WorkspaceResult,
 };
-use crate::registry::{
+use stow_checkpoint::bucket::WorkspaceBucket;
+use stow_checkpoint::fsutil::{absolute, now_rfc3339, random_hex};
+use stow_checkpoint::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
 };
+use stow_checkpoint::{load_manifest, materialize, object_as_file, open_verified};
+use stow_checkpoint::{Result, WsError};
 
 /// Optional narrowing limits of a restore (0 = sized by the checkpoint).
 #[derive(Clone, Copy, Default)]
@@ -26,7 +26,7 @@ pub struct RestoreLimits<'a> {
     pub max_bytes: u64,
     pub max_files: u64,
     /// Receives bytes restored so far.
-    pub progress: Option<&'a dyn crate::progress::Progress>,
+    pub progress: Option<&'a dyn stow_checkpoint::progress::Progress>,
 }
 
 /// Restores checkpoint `id` into the new directory `root`.

@@ -4,9 +4,9 @@ use std::fs;
 use std::io::Read as _;
 use std::path::Path;
 
+use stow_checkpoint::bucket::{ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_store::{ObjectBackend, ObjectProps, PutOptions};
-use stow_workspace::bucket::{ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
-use stow_workspace::checkpoint::{self, CaptureOptions};
 use stow_workspace::open::serve_workspace;
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry, WorkspaceResult};

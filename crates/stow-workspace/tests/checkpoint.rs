@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{admin, Registry};
 
@@ -153,7 +153,7 @@ fn edits_during_capture_are_workspace_changed() {
 }
 
 /// Capture with `change` run after the files were copied.
-fn capture_with_change(w: &Ws, change: &(dyn Fn() + Sync)) -> stow_workspace::WsError {
+fn capture_with_change(w: &Ws, change: &(dyn Fn() + Sync)) -> stow_checkpoint::WsError {
     checkpoint::capture(
         &w.reg,
         &w.ws.workspace_id,
@@ -379,11 +379,11 @@ fn restore_reports_the_identity_of_the_restored_tree() {
     let r = restore(&w.reg, &c.checkpoint_id, &dst, RestoreLimits::default()).unwrap();
     assert_eq!(
         r.base_identity,
-        stow_workspace::tree::base_identity(&dst).unwrap()
+        stow_checkpoint::walk::base_identity(&dst).unwrap()
     );
     assert_eq!(
         r.base_identity,
-        stow_workspace::tree::base_identity(root).unwrap()
+        stow_checkpoint::walk::base_identity(root).unwrap()
     );
     assert_eq!(
         fs::metadata(dst.join("a.txt"))
@@ -464,7 +464,7 @@ fn scans_see_files_in_nested_and_sibling_directories() {
 #[test]
 fn capture_and_restore_report_progress_up_to_the_total() {
     use std::sync::Mutex;
-    use stow_workspace::progress::Progress;
+    use stow_checkpoint::progress::Progress;
     struct Seen(Mutex<Vec<(String, u64, u64)>>);
     impl Progress for Seen {
         fn update(&self, phase: &str, done: u64, total: u64) {
@@ -556,8 +556,8 @@ fn flat_manifests_of_earlier_versions_still_diff_restore_export_and_keep_their_b
     .unwrap();
     assert_eq!(fs::read(r.root.join("deep/er/x.txt")).unwrap(), b"xx");
     let out = w.dir.join("flat.tar.gz");
-    stow_workspace::archive::export(&w.reg, flat_id, &out, &Default::default()).unwrap();
-    stow_workspace::archive::preview(&out, Default::default()).unwrap();
+    stow_checkpoint::archive::export(&w.reg, flat_id, &out, &Default::default()).unwrap();
+    stow_checkpoint::archive::preview(&out, Default::default()).unwrap();
     // GC keeps what the flat manifest names once the tree checkpoints go.
     checkpoint::delete(&w.reg, &next.checkpoint_id).unwrap();
     checkpoint::delete(&w.reg, &tree.checkpoint_id).unwrap();

@@ -21,9 +21,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use stow_workspace::archive::{self, ExportOptions, ImportOptions};
-use stow_workspace::checkpoint::{self, CaptureOptions};
-use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::archive::{self, ExportOptions, ImportOptions};
+use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry};
 

@@ -3,9 +3,8 @@
 use std::fs;
 use std::time::Duration;
 
-use stow_workspace::checkpoint;
-use stow_workspace::fsutil::FileLock;
-use stow_workspace::keyed::{derive_id, keyed_capture, KeyedRequest};
+use stow_checkpoint::fsutil::FileLock;
+use stow_checkpoint::keyed::{derive_id, keyed_capture, KeyedRequest};
 use stow_workspace::{prepare, Registry};
 
 fn req<'a>(ws: &'a str, key: &'a str) -> KeyedRequest<'a> {
@@ -71,7 +70,7 @@ fn keyed_capture_outcomes() {
         ("committed", true)
     );
     assert_eq!(again.result.checkpoint.unwrap().files, 1);
-    assert_eq!(checkpoint::summaries(&reg).unwrap().len(), 1);
+    assert_eq!(stow_checkpoint::summaries(&reg).unwrap().len(), 1);
     let resolved = keyed_capture(
         &reg,
         &KeyedRequest {
@@ -137,7 +136,7 @@ fn keyed_capture_outcomes() {
     // A damaged payload is never replayed as committed.
     let k3 = keyed_capture(&reg, &req(ws, "k3"));
     assert!(k3.error.is_none());
-    let m = checkpoint::load_manifest(&reg, &k3.result.checkpoint.unwrap().id).unwrap();
+    let m = stow_checkpoint::load_manifest(&reg, &k3.result.checkpoint.unwrap().id).unwrap();
     let f = m.files.iter().find(|f| f.path == "b.txt").unwrap();
     let blob = reg
         .dir()
@@ -153,7 +152,7 @@ fn keyed_capture_outcomes() {
     assert_eq!((e.code, e.outcome), ("corrupt_checkpoint", "unknown"));
 
     // Deleting the checkpoint deletes its receipt: resolution is unknown.
-    checkpoint::delete(&reg, &derive_id(ws, "k1").0).unwrap();
+    stow_checkpoint::delete(&reg, &derive_id(ws, "k1").0).unwrap();
     let r = keyed_capture(
         &reg,
         &KeyedRequest {

@@ -6,14 +6,14 @@
 use std::fs;
 use std::path::Path;
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 
 mod common;
 use common::{blob_count, cap, leftover_stages, setup, Ws};
 
 /// A capture whose 30 ms deadline passes while it copies.
-fn capture_past_its_deadline(w: &Ws) -> stow_workspace::WsError {
+fn capture_past_its_deadline(w: &Ws) -> stow_checkpoint::WsError {
     let late = || std::thread::sleep(std::time::Duration::from_millis(60));
     checkpoint::capture(
         &w.reg,
@@ -82,7 +82,7 @@ fn staging_directories_go_with_their_capture_and_gc_clears_a_crashed_one() {
 /// capture had to read (files the stat cache could not vouch for).
 struct CopyTotal(std::sync::Mutex<Option<u64>>);
 
-impl stow_workspace::progress::Progress for CopyTotal {
+impl stow_checkpoint::progress::Progress for CopyTotal {
     fn update(&self, phase: &str, _done: u64, total: u64) {
         if phase == "capture" {
             *self.0.lock().unwrap() = Some(total);
@@ -115,7 +115,7 @@ fn a_refused_capture_keeps_its_progress() {
     };
     let first_report = std::sync::Once::new();
     struct GrowOnce<'a>(&'a std::sync::Once, &'a (dyn Fn() + Sync), &'a CopyTotal);
-    impl stow_workspace::progress::Progress for GrowOnce<'_> {
+    impl stow_checkpoint::progress::Progress for GrowOnce<'_> {
         fn update(&self, phase: &str, done: u64, total: u64) {
             self.0.call_once(self.1);
             self.2.update(phase, done, total);
@@ -182,7 +182,7 @@ fn capture_with_change_seen(
     w: &Ws,
     change: &(dyn Fn() + Sync),
     seen: &CopyTotal,
-) -> stow_workspace::WsError {
+) -> stow_checkpoint::WsError {
     checkpoint::capture(
         &w.reg,
         &w.ws.workspace_id,
@@ -206,7 +206,7 @@ fn a_file_deleted_before_it_is_copied_is_workspace_changed_not_an_io_failure() {
     let victim = root.join("many/f199");
     let once = std::sync::Once::new();
     struct DeleteOnce<'a>(&'a std::sync::Once, &'a Path);
-    impl stow_workspace::progress::Progress for DeleteOnce<'_> {
+    impl stow_checkpoint::progress::Progress for DeleteOnce<'_> {
         fn update(&self, _: &str, _: u64, _: u64) {
             self.0.call_once(|| fs::remove_file(self.1).unwrap());
         }
@@ -242,7 +242,7 @@ fn an_export_killed_midway_leaves_a_temp_file_the_next_export_removes() {
     // One being written right now (fresh) is left alone.
     let fresh = out_dir.join(".cp.tar.gz.stow-export-0123456789ab");
     fs::write(&fresh, b"being written").unwrap();
-    stow_workspace::archive::export(
+    stow_checkpoint::archive::export(
         &w.reg,
         &c.checkpoint_id,
         &out_dir.join("cp.tar.gz"),

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use stow_workspace::checkpoint::{self, CaptureOptions, CheckpointManifest, TreeMonitor};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CheckpointManifest, TreeMonitor};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
 struct Ws {
@@ -285,7 +285,7 @@ fn a_change_during_a_monitored_capture_is_refused_and_seen_by_the_next() {
 /// the service's monitor is the one keeping the watch.
 #[test]
 fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
-    use stow_workspace::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+    use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
     let w = setup();
     let root = w.ws.root.clone();
     let service = WatchService::start(&w.reg, &w.ws.workspace_id).unwrap();

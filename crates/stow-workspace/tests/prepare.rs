@@ -410,13 +410,13 @@ fn the_identity_and_totals_counted_while_copying_are_the_trees() {
     assert_eq!(r.base_identity, reference_identity(&r.root));
     assert_eq!(
         r.base_identity,
-        stow_workspace::tree::base_identity(&r.root).unwrap()
+        stow_checkpoint::walk::base_identity(&r.root).unwrap()
     );
     // The totals are counted as the tree is made (the checkout, .git
     // included, then each copy): they equal a walk of the result.
     assert_eq!(
         (r.seeded_bytes, r.seeded_objects),
-        stow_workspace::tree::seeded_totals(&r.root, 0).unwrap()
+        stow_checkpoint::walk::seeded_totals(&r.root, 0).unwrap()
     );
 }
 
@@ -716,7 +716,7 @@ fn opening_reports_the_recorded_base_without_walking_the_tree() {
     let resumed = open::resume(&reg, &r.workspace_id, None, true).unwrap();
     assert_eq!(resumed.base_identity, r.base_identity);
     assert_ne!(
-        stow_workspace::tree::base_identity(&r.root).unwrap(),
+        stow_checkpoint::walk::base_identity(&r.root).unwrap(),
         r.base_identity
     );
 }

@@ -7,9 +7,9 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use stow_workspace::archive::{self, ExportOptions, ImportOptions};
-use stow_workspace::checkpoint::{self, CaptureOptions, Kind};
-use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::archive::{self, ExportOptions, ImportOptions};
+use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, Kind};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry};
 

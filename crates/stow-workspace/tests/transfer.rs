@@ -7,11 +7,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
+use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
+use stow_checkpoint::bucket::WorkspaceBucket;
+use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_store::ObjectProps;
-use stow_workspace::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
-use stow_workspace::bucket::WorkspaceBucket;
-use stow_workspace::checkpoint::{self, CaptureOptions};
-use stow_workspace::delta::{self, ApplyOptions, DeltaOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 

@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::net::UnixListener;
 
-use stow_workspace::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
 fn setup() -> (tempfile::TempDir, Registry, WorkspaceResult) {

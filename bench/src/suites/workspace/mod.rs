@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::Registry;
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::restore::{restore, RestoreLimits};
-use stow_workspace::Registry;
 
 use crate::data::{mix, Pool, SEED};
 use crate::harness::{

@@ -6,10 +6,10 @@ use std::fs;
 use std::path::Path;
 use std::time::Instant;
 
-use stow_workspace::archive::{self, ArchiveLimits, ExportOptions};
-use stow_workspace::checkpoint::{self, CaptureOptions};
-use stow_workspace::delta::{self, DeltaOptions};
-use stow_workspace::Registry;
+use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions};
+use stow_checkpoint::delta::{self, DeltaOptions};
+use stow_checkpoint::Registry;
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 
 use super::{change_ten, file_len, fresh_registry, peer_then_sync, sh, then, Plan};
 use crate::data::Pool;

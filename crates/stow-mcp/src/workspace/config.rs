@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use stow_workspace::Registry;
+use stow_checkpoint::Registry;
 
 /// Default per-capture and archive byte bound.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;

@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use stow_checkpoint::WsError;
 use stow_workspace::handoff::HandoffDocument;
-use stow_workspace::WsError;
 
 /// `{version: 1, outcome, …}`; members that do not apply are omitted.
 #[derive(Debug, Clone, Serialize)]

@@ -10,10 +10,11 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use stow_workspace::checkpoint::{self, CheckpointManifest, TreeMonitor};
+use stow_checkpoint::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
+use stow_checkpoint::{self as checkpoint, CheckpointManifest, TreeMonitor};
+use stow_checkpoint::{archive::ArchiveLimits, WsError};
+use stow_workspace::bundle;
 use stow_workspace::handoff::AdoptOptions;
-use stow_workspace::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
-use stow_workspace::{archive::ArchiveLimits, bundle, WsError};
 
 use super::config::WorkspaceSettings;
 use super::envelope::{CaptureView, CheckpointView, WorkspaceView, WsEnvelope};

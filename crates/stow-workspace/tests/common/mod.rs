@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use stow_workspace::checkpoint::{self, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
 pub struct Ws {

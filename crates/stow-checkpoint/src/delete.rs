@@ -1,0 +1,89 @@
+//! Deleting checkpoints: one (refused while another names it as parent)
+//! or all of a workspace's, each followed by garbage collection.
+
+use std::fs;
+
+use serde::Serialize;
+
+use crate::error::{Result, WsError};
+use crate::format::summaries;
+use crate::fsutil::{fsync_dir, random_hex};
+use crate::gc::gc_locked;
+use crate::layout::{cache_path, checkpoints_dir, legacy_cache_path, state};
+use crate::paths::check_checkpoint_id;
+use crate::registry::Registry;
+
+/// The result of `checkpoint-delete`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeleteResult {
+    pub version: u32,
+    pub checkpoint_id: String,
+    pub deleted: bool,
+    /// Blobs no retained checkpoint needed any more.
+    pub freed_blobs: u64,
+    pub freed_bytes: u64,
+}
+
+/// Deletes a checkpoint (refused while another names it as parent) and
+/// collects blobs no retained checkpoint needs.
+pub fn delete(registry: &Registry, id: &str) -> Result<DeleteResult> {
+    check_checkpoint_id(id)?;
+    let _lock = registry.lock()?;
+    if !checkpoints_dir(registry).join(id).is_dir() {
+        return Err(WsError::NotFound(format!("checkpoint {id}")));
+    }
+    for s in summaries(registry)? {
+        if s.parent_id.as_deref() == Some(id) {
+            return Err(WsError::Refused(format!(
+                "checkpoint {} names {id} as its parent; delete it first",
+                s.id
+            )));
+        }
+    }
+    remove_checkpoint_dir(registry, id)?;
+    let (freed_blobs, freed_bytes) = gc_locked(registry)?;
+    Ok(DeleteResult {
+        version: 1,
+        checkpoint_id: id.to_string(),
+        deleted: true,
+        freed_blobs,
+        freed_bytes,
+    })
+}
+
+/// Unpublishes atomically (rename to a dot name listing ignores), then
+/// removes the directory.
+pub(super) fn remove_checkpoint_dir(registry: &Registry, id: &str) -> Result<()> {
+    let dir = checkpoints_dir(registry);
+    let src = dir.join(id);
+    let trash = dir.join(format!(".deleted-{}", random_hex(8)));
+    fs::rename(&src, &trash).map_err(|e| WsError::io_at("unpublish", &src, e))?;
+    fsync_dir(&dir)?;
+    fs::remove_dir_all(&trash).map_err(|e| WsError::io_at("remove", &trash, e))
+}
+
+/// Deletes every checkpoint of a workspace and collects blobs. Caller holds
+/// the registry lock.
+pub fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Result<()> {
+    if !checkpoints_dir(registry).exists() {
+        return Ok(());
+    }
+    let mut any = false;
+    for s in summaries(registry)? {
+        if s.workspace_id == ws {
+            remove_checkpoint_dir(registry, &s.id)?;
+            any = true;
+        }
+    }
+    let _ = fs::remove_file(cache_path(registry, ws));
+    let _ = fs::remove_file(legacy_cache_path(registry, ws));
+    let _ = fs::remove_file(
+        state(registry)
+            .join("capture-locks")
+            .join(format!("{ws}.lock")),
+    );
+    if any {
+        gc_locked(registry)?;
+    }
+    Ok(())
+}

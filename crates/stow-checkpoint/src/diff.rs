@@ -1,0 +1,206 @@
+//! Differences between two checkpoints: files, and for portable ones
+//! buckets and objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::format::{load_manifest, FileEntry, LinkEntry, ObjectEntry};
+use crate::registry::Registry;
+
+/// One difference between two checkpoints.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Change {
+    pub path: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<FileEntry>,
+}
+
+/// What happened to a path, an object or a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Added,
+    Deleted,
+    Changed,
+}
+
+/// One link change: added (`to`), deleted (`from`) or retargeted (both).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkChange {
+    pub path: String,
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// Sorted link differences: added, deleted, retargeted (`changed`).
+pub fn diff_links(a: &[LinkEntry], b: &[LinkEntry]) -> Vec<LinkChange> {
+    let am: BTreeMap<&str, &str> = a
+        .iter()
+        .map(|l| (l.path.as_str(), l.target.as_str()))
+        .collect();
+    let bm: BTreeMap<&str, &str> = b
+        .iter()
+        .map(|l| (l.path.as_str(), l.target.as_str()))
+        .collect();
+    let paths: BTreeSet<&str> = am.keys().chain(bm.keys()).copied().collect();
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let (from, to) = (am.get(p).copied(), bm.get(p).copied());
+            let kind = match (from, to) {
+                (None, Some(_)) => Kind::Added,
+                (Some(_), None) => Kind::Deleted,
+                (Some(x), Some(y)) if x != y => Kind::Changed,
+                _ => return None,
+            };
+            Some(LinkChange {
+                path: p.to_string(),
+                kind,
+                from: from.map(str::to_string),
+                to: to.map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+/// The result of `diff`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffResult {
+    pub version: u32,
+    pub changes: Vec<Change>,
+    /// Portable (v2) comparisons only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<BucketChange>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<Vec<ObjectChange>>,
+    /// Symbolic links added, removed or retargeted (present when either
+    /// checkpoint has links).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<Vec<LinkChange>>,
+}
+
+/// Differences between two checkpoints, sorted by path: `added`, `deleted`,
+/// `changed` (content or mode).
+pub fn diff(registry: &Registry, from: &str, to: &str) -> Result<DiffResult> {
+    let a = load_manifest(registry, from)?;
+    let b = load_manifest(registry, to)?;
+    let portable = a.version == 2 || b.version == 2;
+    Ok(DiffResult {
+        version: 1,
+        changes: diff_files(&a.files, &b.files),
+        buckets: portable.then(|| diff_buckets(&a.buckets, &b.buckets)),
+        objects: portable.then(|| diff_objects(&a.objects, &b.objects)),
+        links: (!a.links.is_empty() || !b.links.is_empty()).then(|| diff_links(&a.links, &b.links)),
+    })
+}
+
+/// Sorted differences of two file lists.
+pub fn diff_files(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
+    diff_files_by(a, b, |f, t| {
+        f.sha256 == t.sha256 && f.mode == t.mode && f.size == t.size
+    })
+}
+
+/// Sorted differences of two file lists in any field, S3 properties
+/// included (what a delta must carry to reproduce its target exactly).
+pub(crate) fn diff_files_exact(a: &[FileEntry], b: &[FileEntry]) -> Vec<Change> {
+    diff_files_by(a, b, |f, t| f == t)
+}
+
+fn diff_files_by(
+    a: &[FileEntry],
+    b: &[FileEntry],
+    same: impl Fn(&FileEntry, &FileEntry) -> bool,
+) -> Vec<Change> {
+    let am: BTreeMap<&str, &FileEntry> = a.iter().map(|f| (f.path.as_str(), f)).collect();
+    let bm: BTreeMap<&str, &FileEntry> = b.iter().map(|f| (f.path.as_str(), f)).collect();
+    let paths: BTreeSet<&str> = am.keys().chain(bm.keys()).copied().collect();
+    let mut out = Vec::new();
+    for p in paths {
+        let (kind, from, to) = match (am.get(p), bm.get(p)) {
+            (None, Some(t)) => ("added", None, Some((*t).clone())),
+            (Some(f), None) => ("deleted", Some((*f).clone()), None),
+            (Some(f), Some(t)) if !same(f, t) => {
+                ("changed", Some((*f).clone()), Some((*t).clone()))
+            }
+            _ => continue,
+        };
+        out.push(Change {
+            path: p.to_string(),
+            kind,
+            from,
+            to,
+        });
+    }
+    out
+}
+
+/// One bucket difference of a portable diff.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BucketChange {
+    pub bucket: String,
+    pub kind: &'static str,
+}
+
+/// One object difference of a portable diff.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ObjectChange {
+    pub bucket: String,
+    pub key: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<ObjectEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<ObjectEntry>,
+}
+
+pub(crate) fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
+    let a: BTreeSet<&String> = a.iter().collect();
+    let b: BTreeSet<&String> = b.iter().collect();
+    let mut out: Vec<BucketChange> = b
+        .difference(&a)
+        .map(|n| BucketChange {
+            bucket: (*n).clone(),
+            kind: "added",
+        })
+        .chain(a.difference(&b).map(|n| BucketChange {
+            bucket: (*n).clone(),
+            kind: "deleted",
+        }))
+        .collect();
+    out.sort_by(|x, y| x.bucket.cmp(&y.bucket));
+    out
+}
+
+pub(crate) fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectChange> {
+    let key = |o: &ObjectEntry| (o.bucket.clone(), o.key.clone());
+    let am: BTreeMap<(String, String), &ObjectEntry> = a.iter().map(|o| (key(o), o)).collect();
+    let bm: BTreeMap<(String, String), &ObjectEntry> = b.iter().map(|o| (key(o), o)).collect();
+    let keys: BTreeSet<&(String, String)> = am.keys().chain(bm.keys()).collect();
+    let mut out = Vec::new();
+    for k in keys {
+        let (kind, from, to) = match (am.get(k), bm.get(k)) {
+            (None, Some(t)) => ("added", None, Some((*t).clone())),
+            (Some(f), None) => ("deleted", Some((*f).clone()), None),
+            (Some(f), Some(t)) if f != t => ("changed", Some((*f).clone()), Some((*t).clone())),
+            _ => continue,
+        };
+        out.push(ObjectChange {
+            bucket: k.0.clone(),
+            key: k.1.clone(),
+            kind,
+            from,
+            to,
+        });
+    }
+    out
+}

@@ -1,0 +1,44 @@
+//! Progress reports of long operations (capture, restore, export, import),
+//! for a caller that wants to show them, and phase timings in the debug
+//! log. The library never prints.
+
+/// Receives progress from the thread doing the work.
+pub trait Progress: Sync {
+    /// `done` of `total` bytes of `phase` (`"capture"`, `"restore"`) are
+    /// finished. Called often; implementations throttle their output.
+    fn update(&self, phase: &str, done: u64, total: u64);
+}
+
+/// Ignores every report.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&self, _phase: &str, _done: u64, _total: u64) {}
+}
+
+/// Logs how long each phase of an operation took, at debug level
+/// (`STOW_LOG=stow_workspace=debug`).
+pub struct PhaseClock {
+    op: &'static str,
+    since: std::time::Instant,
+}
+
+impl PhaseClock {
+    pub fn start(op: &'static str) -> Self {
+        PhaseClock {
+            op,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    pub fn lap(&mut self, phase: &str) {
+        let now = std::time::Instant::now();
+        tracing::debug!(
+            op = self.op,
+            phase,
+            micros = (now - self.since).as_micros() as u64,
+            "phase"
+        );
+        self.since = now;
+    }
+}

@@ -1,0 +1,579 @@
+//! Scanning a workspace tree: one `statx` per file on two threads, with
+//! an optional watch on every directory (see `watch`) so the check after
+//! copying is a drain of events rather than a second scan.
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ignore::gitignore::Gitignore;
+
+use crate::error::{Result, WsError};
+use crate::format::{DirectoryEntry, LinkEntry, SkippedEntry};
+use crate::ignorefile::is_ignored;
+use crate::paths::{check_checkpoint_leaf, check_checkpoint_path, is_sensitive};
+use crate::walk::excluded;
+use crate::watch::{Changes, TreeWatch};
+
+/// One scanned file with the stat fields the cache keys on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Scanned {
+    pub(super) path: std::sync::Arc<str>,
+    pub(super) size: u64,
+    pub(super) mode: u32,
+    pub(super) mtime_ns: i64,
+    pub(super) ctime_ns: i64,
+    pub(super) ino: u64,
+    /// Hard links: such a file can change through a name the capture's
+    /// watch does not cover.
+    pub(super) nlink: u64,
+}
+
+impl Scanned {
+    fn new(path: impl Into<std::sync::Arc<str>>, meta: &fs::Metadata) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size: meta.len(),
+            mode: meta.permissions().mode() & 0o777,
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            ino: meta.ino(),
+            nlink: meta.nlink(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Scanned {
+    /// A regular file of `size` bytes at `path`, mode 0644, one link.
+    pub(super) fn for_test(path: &str, size: u64) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            ino: 3,
+            nlink: 1,
+        }
+    }
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Scan {
+    pub(super) files: Vec<Scanned>,
+    pub(super) excluded: Vec<String>,
+    /// Every directory under the root, with its mode.
+    pub(super) dirs: Vec<DirectoryEntry>,
+    /// Symbolic links, never followed.
+    pub(super) links: Vec<LinkEntry>,
+    /// Sockets, FIFOs and devices, not captured.
+    pub(super) skipped: Vec<SkippedEntry>,
+    /// Paths `.stowignore` keeps out (directories with a trailing `/`).
+    pub(super) ignored: Vec<String>,
+}
+
+/// Threads a scan uses: directories are independent, so two threads keep
+/// the per-entry `statx` calls (the bulk of a scan) flowing on a second core.
+pub(super) const SCAN_THREADS: usize = 2;
+
+/// Directories waiting to be read, shared by the scan threads.
+pub(super) struct ScanQueue {
+    /// (absolute directory, slash path relative to the root, depth).
+    pub(super) pending: Vec<(PathBuf, String, usize)>,
+    /// Threads currently reading a directory (they may queue more).
+    pub(super) busy: usize,
+    pub(super) error: Option<WsError>,
+}
+
+/// Scans the tree at `root`; with `watch`, each directory is watched before
+/// it is read.
+pub(super) fn scan(
+    root: &Path,
+    include_sensitive: bool,
+    ignore: Option<&Gitignore>,
+    watch: Option<&TreeWatch>,
+) -> Result<Scan> {
+    let mut out = scan_from(
+        vec![(root.to_path_buf(), String::new(), 0)],
+        include_sensitive,
+        ignore,
+        watch,
+    )?;
+    out.sort();
+    Ok(out)
+}
+
+/// Scans the subtrees `starts` (absolute directory, slash path from the
+/// root, depth), unsorted.
+fn scan_from(
+    starts: Vec<(PathBuf, String, usize)>,
+    include_sensitive: bool,
+    ignore: Option<&Gitignore>,
+    watch: Option<&TreeWatch>,
+) -> Result<Scan> {
+    let queue = Mutex::new(ScanQueue {
+        pending: starts,
+        busy: 0,
+        error: None,
+    });
+    let wake = std::sync::Condvar::new();
+    let parts: Vec<Scan> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..SCAN_THREADS)
+            .map(|_| s.spawn(|| scan_worker(&queue, &wake, include_sensitive, ignore, watch)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let q = queue
+        .into_inner()
+        .map_err(|_| WsError::InvalidRequest("scan worker panicked".into()))?;
+    if let Some(e) = q.error {
+        return Err(e);
+    }
+    if !q.pending.is_empty() || q.busy != 0 {
+        return Err(WsError::InvalidRequest("scan worker panicked".into()));
+    }
+    let mut out = Scan::default();
+    for p in parts {
+        out.append(p);
+    }
+    Ok(out)
+}
+
+impl Scan {
+    fn append(&mut self, p: Scan) {
+        self.files.extend(p.files);
+        self.excluded.extend(p.excluded);
+        self.dirs.extend(p.dirs);
+        self.links.extend(p.links);
+        self.skipped.extend(p.skipped);
+        self.ignored.extend(p.ignored);
+    }
+
+    /// Threads finish directories in any order; the result is sorted so two
+    /// scans of the same tree compare equal.
+    fn sort(&mut self) {
+        self.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.excluded.sort_unstable();
+        self.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.ignored.sort_unstable();
+    }
+}
+
+/// The directory part of slash path `path` ("" at the root); a trailing
+/// slash (an excluded or ignored directory) is not a component.
+pub(super) fn parent_dir(path: &str) -> &str {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    path.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+/// The tree now, from scan `old` and the captured names that changed since
+/// it was taken (`changed`, from a watch that has covered the tree since):
+/// the directories holding a change are read again, a changed directory
+/// (created, replaced, moved in) is scanned whole, and everything else is
+/// kept from `old`. Each directory read is watched first.
+pub(super) fn rescan(
+    root: &Path,
+    old: Scan,
+    changed: &std::collections::BTreeSet<String>,
+    sens: bool,
+    ignore: Option<&Gitignore>,
+    watch: &TreeWatch,
+) -> Result<Scan> {
+    use std::collections::BTreeSet;
+    if changed.is_empty() {
+        return Ok(old);
+    }
+    let relist: BTreeSet<&str> = changed.iter().map(|p| parent_dir(p)).collect();
+    // Changed itself or beneath a changed directory: its ancestors are
+    // looked up, so the cost follows the depth, not the number of changes.
+    let replaced = |path: &str| {
+        let mut p = path.strip_suffix('/').unwrap_or(path);
+        loop {
+            if changed.contains(p) {
+                return true;
+            }
+            match p.rsplit_once('/') {
+                Some((parent, _)) => p = parent,
+                None => return false,
+            }
+        }
+    };
+    // Sorted by path: looked up by binary search while re-reading, then
+    // kept like the other lists.
+    let old_dirs = old.dirs;
+    let known_dir = |rel: &str| {
+        old_dirs
+            .binary_search_by(|d| d.path.as_str().cmp(rel))
+            .is_ok()
+    };
+    let stale = |path: &str| relist.contains(parent_dir(path)) || replaced(path);
+    let mut kept = Scan {
+        files: drop_stale(old.files, |f| &f.path, &relist, changed, &stale),
+        excluded: drop_stale(old.excluded, |p| p, &relist, changed, &stale),
+        dirs: Vec::new(),
+        links: drop_stale(old.links, |l| &l.path, &relist, changed, &stale),
+        skipped: drop_stale(old.skipped, |s| &s.path, &relist, changed, &stale),
+        ignored: drop_stale(old.ignored, |p| p, &relist, changed, &stale),
+    };
+    let mut out = Scan::default();
+    // Directories to scan whole: new or replaced ones met while re-reading.
+    let mut whole: Vec<(PathBuf, String, usize)> = Vec::new();
+    for &dir in &relist {
+        // A directory that is itself replaced is read with its subtree.
+        if replaced(dir) && !dir.is_empty() {
+            continue;
+        }
+        let abs = if dir.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(dir)
+        };
+        let depth = if dir.is_empty() {
+            0
+        } else {
+            dir.split('/').count()
+        };
+        match fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_dir() => {}
+            // Gone (or no longer a directory): its parent's events say so.
+            _ => continue,
+        }
+        watch.add(&abs, dir, depth);
+        let mut subdirs = Vec::new();
+        scan_dir(&abs, dir, depth, sens, ignore, &mut out, &mut subdirs)?;
+        for (abs, rel, depth) in subdirs {
+            if !known_dir(&rel) || replaced(&rel) {
+                whole.push((abs, rel, depth));
+            }
+        }
+    }
+    if !whole.is_empty() {
+        out.append(scan_from(whole, sens, ignore, Some(watch))?);
+    }
+    kept.dirs = drop_stale(old_dirs, |d| &d.path, &relist, changed, &stale);
+    // What was read again is merged into what was kept: both sorted, so
+    // one pass, not a sort of the whole tree.
+    out.sort();
+    kept.files = merge_sorted(kept.files, out.files, |f| &f.path);
+    kept.excluded = merge_sorted(kept.excluded, out.excluded, |p| p);
+    kept.dirs = merge_sorted(kept.dirs, out.dirs, |d| &d.path);
+    kept.links = merge_sorted(kept.links, out.links, |l| &l.path);
+    kept.skipped = merge_sorted(kept.skipped, out.skipped, |s| &s.path);
+    kept.ignored = merge_sorted(kept.ignored, out.ignored, |p| p);
+    Ok(kept)
+}
+
+/// The entries of `list` (sorted by `key`) that `stale` does not reject.
+/// Only the ranges the changes can reach are looked at: the entries below
+/// each changed path and each re-read directory (contiguous in path
+/// order), the changed paths themselves and, when the root is re-read, the
+/// names at the root.
+fn drop_stale<T>(
+    list: Vec<T>,
+    key: impl Fn(&T) -> &str,
+    relist: &std::collections::BTreeSet<&str>,
+    changed: &std::collections::BTreeSet<String>,
+    stale: &dyn Fn(&str) -> bool,
+) -> Vec<T> {
+    let mut doomed = vec![false; list.len()];
+    let lower = |bound: &str| list.partition_point(|e| key(e) < bound);
+    // "p/…" lies in ["p/", "p0"): '0' follows '/'.
+    let mut look = |prefix: &str| {
+        let (from, to) = (lower(&format!("{prefix}/")), lower(&format!("{prefix}0")));
+        for i in from..to {
+            doomed[i] = stale(key(&list[i]));
+        }
+    };
+    for dir in relist.iter().filter(|d| !d.is_empty()) {
+        look(dir);
+    }
+    for p in changed.iter().filter(|p| !p.is_empty()) {
+        look(p);
+    }
+    for p in changed {
+        // The path itself, and as an excluded or ignored directory.
+        for exact in [p.clone(), format!("{p}/")] {
+            let i = lower(&exact);
+            if list.get(i).is_some_and(|e| key(e) == exact) {
+                doomed[i] = true;
+            }
+        }
+    }
+    if relist.contains("") {
+        for (i, e) in list.iter().enumerate() {
+            let k = key(e);
+            if !k.strip_suffix('/').unwrap_or(k).contains('/') {
+                doomed[i] = stale(k);
+            }
+        }
+    }
+    list.into_iter()
+        .zip(doomed)
+        .filter_map(|(e, d)| (!d).then_some(e))
+        .collect()
+}
+
+/// Merges two lists sorted by `key` into one (on equal keys, `a`'s entry
+/// first). `b` is short (what a monitored capture read again): each of its
+/// entries finds its place by binary search, and the runs of `a` between
+/// them move without being compared.
+fn merge_sorted<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
+    if b.is_empty() {
+        return a;
+    }
+    let cuts: Vec<usize> = b
+        .iter()
+        .map(|y| a.partition_point(|x| key(x) <= key(y)))
+        .collect();
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let mut a = a.into_iter();
+    let mut taken = 0;
+    for (y, cut) in b.into_iter().zip(cuts) {
+        out.extend(a.by_ref().take(cut.saturating_sub(taken)));
+        taken = taken.max(cut);
+        out.push(y);
+    }
+    out.extend(a);
+    out
+}
+
+/// Takes directories off the queue until none are left (or one failed).
+pub(super) fn scan_worker(
+    queue: &Mutex<ScanQueue>,
+    wake: &std::sync::Condvar,
+    sens: bool,
+    ignore: Option<&Gitignore>,
+    watch: Option<&TreeWatch>,
+) -> Scan {
+    let mut out = Scan::default();
+    let mut subdirs = Vec::new();
+    let Ok(mut q) = queue.lock() else {
+        return out;
+    };
+    loop {
+        if q.error.is_some() {
+            break;
+        }
+        let Some((dir, rel, depth)) = q.pending.pop() else {
+            if q.busy == 0 {
+                break;
+            }
+            q = match wake.wait(q) {
+                Ok(q) => q,
+                Err(_) => return out,
+            };
+            continue;
+        };
+        q.busy += 1;
+        drop(q);
+        let guard = PanicGuard { queue, wake };
+        if let Some(w) = watch {
+            w.add(&dir, &rel, depth);
+        }
+        let r = scan_dir(&dir, &rel, depth, sens, ignore, &mut out, &mut subdirs);
+        std::mem::forget(guard);
+        q = match queue.lock() {
+            Ok(q) => q,
+            Err(_) => return out,
+        };
+        q.busy -= 1;
+        match r {
+            Ok(()) => q.pending.append(&mut subdirs),
+            Err(e) => {
+                subdirs.clear();
+                q.error.get_or_insert(e);
+            }
+        }
+        wake.notify_all();
+    }
+    wake.notify_all();
+    out
+}
+
+/// Armed while a scan thread reads a directory: if that panics, the other
+/// threads must not wait forever for it to queue more work.
+pub(super) struct PanicGuard<'a> {
+    pub(super) queue: &'a Mutex<ScanQueue>,
+    pub(super) wake: &'a std::sync::Condvar,
+}
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.busy = q.busy.saturating_sub(1);
+        q.error
+            .get_or_insert_with(|| WsError::InvalidRequest("scan worker panicked".into()));
+        self.wake.notify_all();
+    }
+}
+
+/// Reads one directory: files are stat'ed (one `statx` each, relative to
+/// the open directory), subdirectories are queued in `subdirs`. The entry
+/// type comes from the directory listing, so directories cost no stat.
+pub(super) fn scan_dir(
+    dir: &Path,
+    rel: &str,
+    depth: usize,
+    sens: bool,
+    ignore: Option<&Gitignore>,
+    out: &mut Scan,
+    subdirs: &mut Vec<(PathBuf, String, usize)>,
+) -> Result<()> {
+    let rd = fs::read_dir(dir).map_err(|e| WsError::io_at("read directory", dir, e))?;
+    // The first file of the directory has its whole path checked; the rest
+    // only their names (the directory part is the same).
+    let mut dir_checked = false;
+    for entry in rd {
+        let entry = entry.map_err(|e| WsError::io_at("read directory", dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if excluded(depth, &name) {
+            continue;
+        }
+        let child = if rel.is_empty() {
+            name.into_owned()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let ft = entry
+            .file_type()
+            .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+        if ignore.is_some_and(|rules| is_ignored(rules, &child, ft.is_dir())) {
+            out.ignored.push(if ft.is_dir() {
+                format!("{child}/")
+            } else {
+                child
+            });
+            continue;
+        }
+        if ft.is_dir() {
+            if !sens && is_sensitive(&format!("{child}/")) {
+                out.excluded.push(format!("{child}/"));
+                continue;
+            }
+            check_checkpoint_path(&child)?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+            out.dirs.push(DirectoryEntry {
+                path: child.clone(),
+                mode: meta.permissions().mode() & 0o777,
+            });
+            subdirs.push((entry.path(), child, depth + 1));
+            continue;
+        }
+        if !sens && is_sensitive(&child) {
+            out.excluded.push(child);
+            continue;
+        }
+        if dir_checked {
+            check_checkpoint_leaf(&child)?;
+        } else {
+            check_checkpoint_path(&child)?;
+            dir_checked = true;
+        }
+        if ft.is_symlink() {
+            // The link itself, never what it points at.
+            let target = fs::read_link(entry.path())
+                .map_err(|e| WsError::io_at("read link", &entry.path(), e))?;
+            out.links.push(LinkEntry {
+                path: child,
+                target: target.to_string_lossy().into_owned(),
+            });
+            continue;
+        }
+        if ft.is_file() {
+            // DirEntry::metadata does not follow symlinks and stats
+            // relative to the open directory.
+            let meta = entry
+                .metadata()
+                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+            // Replaced by something else since the listing: refuse; a
+            // retry sees what is there now.
+            if meta.file_type().is_file() {
+                out.files.push(Scanned::new(child, &meta));
+                continue;
+            }
+            return Err(WsError::WorkspaceChanged(format!(
+                "{child} changed while it was scanned"
+            )));
+        }
+        let reason = if ft.is_socket() {
+            "a socket is not captured"
+        } else if ft.is_fifo() {
+            "a FIFO is not captured"
+        } else {
+            "a device file is not captured"
+        };
+        out.skipped.push(SkippedEntry {
+            path: child,
+            reason: reason.into(),
+        });
+    }
+    Ok(())
+}
+
+/// What changed in the tree since scan `before`: from the watch's events
+/// when it covers the tree (plus a stat of each hard-linked file, which can
+/// change through a name outside it), else by scanning again (which can
+/// only say "nothing" or "unknown").
+pub(super) fn tree_changes(
+    root: &Path,
+    before: &Scan,
+    sens: bool,
+    ignore: Option<&Gitignore>,
+    watch: Option<&TreeWatch>,
+) -> Result<Changes> {
+    if let Some(Changes::Paths(mut set)) = watch.map(|w| w.changes(sens, ignore)) {
+        for f in before.files.iter().filter(|f| f.nlink > 1) {
+            if restat(root, f).as_ref() != Some(f) {
+                set.insert(f.path.to_string());
+            }
+        }
+        return Ok(Changes::Paths(set));
+    }
+    if scan(root, sens, ignore, None)? == *before {
+        Ok(Changes::Paths(Default::default()))
+    } else {
+        Ok(Changes::Unknown)
+    }
+}
+
+/// `f` as it is on disk now (`None` when it is no longer a regular file).
+pub(super) fn restat(root: &Path, f: &Scanned) -> Option<Scanned> {
+    let meta = fs::symlink_metadata(root.join(&*f.path)).ok()?;
+    meta.file_type()
+        .is_file()
+        .then(|| Scanned::new(f.path.clone(), &meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_sorted;
+
+    fn key(e: &(String, u8)) -> &str {
+        &e.0
+    }
+
+    #[test]
+    fn merging_keeps_path_order_with_the_kept_entry_first() {
+        let tag = |v: &[&str], t: u8| -> Vec<(String, u8)> {
+            v.iter().map(|s| (s.to_string(), t)).collect()
+        };
+        let a = tag(&["a", "b/x", "b/y", "d", "f"], 0);
+        let b = tag(&["0", "b/y", "c", "e", "z/1", "z/2"], 1);
+        let mut want = [a.clone(), b.clone()].concat();
+        // A stable sort: on equal paths the kept entry (0) stays first.
+        want.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(merge_sorted(a.clone(), b.clone(), key), want);
+        assert_eq!(merge_sorted(a.clone(), Vec::new(), key), a);
+        assert_eq!(merge_sorted(Vec::new(), b.clone(), key), b);
+    }
+}

@@ -1,0 +1,592 @@
+//! Tree manifests: a capture's files, directories, links and skipped
+//! entries stored as one content-addressed *node* per directory, so an
+//! unchanged directory costs a 32-byte reference instead of its entries,
+//! and a capture after a few changes writes only the nodes on their paths
+//! to the root (git's tree objects, in our own format).
+//!
+//! A node is a blob in the partition's blob store (`blobs/<xx>/<sha256>`,
+//! the same durability rules as payloads), binary, every list sorted by
+//! name:
+//!
+//! ```text
+//! magic "stow-node\0\x01" (11 bytes)
+//! files:   u32 count × (name | size u64 | mode u32 | sha256 [32] | props)
+//! dirs:    u32 count × (name | mode u32 | node sha256 [32])
+//! links:   u32 count × (name | target: u32 len + bytes)
+//! skipped: u32 count × (name | reason: u32 len + bytes)
+//! name:    u32 len + UTF-8 bytes (one path component)
+//! props:   u8 flags (1: content type, 2: metadata) | [u32 len + type]
+//!          | [u32 count × (key, value), each u32 len + bytes]
+//! ```
+//!
+//! Integers are little-endian. A manifest in this layout names the root
+//! node (`tree`) instead of listing `files`, `dirs`, `links` and
+//! `skipped`; [`load_tree`] expands it back into those lists, so every
+//! reader sees the same [`CheckpointManifest`](crate::CheckpointManifest)
+//! whichever layout the checkpoint was written in.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+
+use sha2::{Digest, Sha256};
+
+use crate::blobs::blob_path;
+use crate::error::{Result, WsError};
+use crate::format::{DirectoryEntry, FileEntry, FileProps, LinkEntry, SkippedEntry};
+use crate::fsutil::hex;
+use crate::registry::Registry;
+use crate::scan::Scan;
+use crate::statcache::unhex32;
+
+const MAGIC: &[u8; 11] = b"stow-node\x00\x01";
+
+/// Every node of a captured tree, children before their parents.
+pub(crate) struct BuiltTree {
+    /// The root node's SHA-256.
+    pub root: [u8; 32],
+    /// (SHA-256, encoded node), each distinct node encoded here once
+    /// (reused nodes are not).
+    pub nodes: Vec<([u8; 32], Vec<u8>)>,
+    /// Each directory's node: the root's, then `scan.dirs`' in order.
+    pub dir_shas: Vec<[u8; 32]>,
+}
+
+/// The entries of one directory while its node is built: indexes into
+/// the scan's sorted lists.
+#[derive(Default)]
+struct Members {
+    files: Vec<usize>,
+    dirs: Vec<usize>,
+    links: Vec<usize>,
+    skipped: Vec<usize>,
+}
+
+/// Splits a slash path into its parent directory ("" for the root) and
+/// its last component.
+fn split_parent(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// The indexes of the entries of `list` (sorted by `key`, a slash path)
+/// directly in directory `dir` ("" for the root). A subdirectory's
+/// entries are skipped by one binary search: they lie in `["sub/", "sub0")`.
+fn direct_members<T>(list: &[T], key: impl Fn(&T) -> &str, dir: &str) -> Vec<usize> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut out = Vec::new();
+    let mut i = list.partition_point(|e| key(e) < prefix.as_str());
+    while let Some(e) = list.get(i) {
+        let path = key(e);
+        let Some(rest) = path.strip_prefix(prefix.as_str()) else {
+            break;
+        };
+        match rest.find('/') {
+            None => {
+                out.push(i);
+                i += 1;
+            }
+            Some(slash) => {
+                let end = format!("{}0", &path[..prefix.len() + slash]);
+                i += list[i..].partition_point(|e| key(e) < end.as_str());
+            }
+        }
+    }
+    out
+}
+
+/// Builds the nodes of scan `scan`, whose files have the digests
+/// `digests` (same order) and, in a portable capture, the S3 properties
+/// `props`. `reuse` may name a directory's node known to be unchanged
+/// (then it is not encoded again).
+pub(crate) fn build(
+    scan: &Scan,
+    digests: &[[u8; 32]],
+    props: Option<&HashMap<String, FileProps>>,
+    reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
+) -> Result<BuiltTree> {
+    // Slot 0 is the root, slot i + 1 is `scan.dirs[i]`.
+    let dir_path = |s: usize| {
+        if s == 0 {
+            ""
+        } else {
+            scan.dirs[s - 1].path.as_str()
+        }
+    };
+    let reused: Vec<Option<[u8; 32]>> = (0..=scan.dirs.len()).map(|s| reuse(dir_path(s))).collect();
+    // Only directories whose node is built need their members, found by
+    // binary search in the scan's sorted lists: a capture after a few
+    // changes looks at the directories on their paths, not the tree.
+    let members_of = |s: usize| Members {
+        files: direct_members(&scan.files, |f| &f.path, dir_path(s)),
+        dirs: direct_members(&scan.dirs, |d| &d.path, dir_path(s)),
+        links: direct_members(&scan.links, |l| &l.path, dir_path(s)),
+        skipped: direct_members(&scan.skipped, |k| &k.path, dir_path(s)),
+    };
+    let mut placed = [0usize; 4];
+    let mut shas: Vec<Option<[u8; 32]>> = vec![None; scan.dirs.len() + 1];
+    let mut nodes: Vec<([u8; 32], Vec<u8>)> = Vec::new();
+    let mut seen: std::collections::HashSet<[u8; 32]> = std::collections::HashSet::new();
+    // In reverse path order every directory comes after its descendants
+    // (they extend its path), so children's digests are known first.
+    let order = (1..=scan.dirs.len()).rev().chain(std::iter::once(0));
+    for s in order {
+        if let Some(sha) = reused[s] {
+            shas[s] = Some(sha);
+            continue;
+        }
+        let m = &members_of(s);
+        for (n, list) in placed
+            .iter_mut()
+            .zip([&m.files, &m.dirs, &m.links, &m.skipped])
+        {
+            *n += list.len();
+        }
+        let mut out = Vec::with_capacity(64 + m.files.len() * 80);
+        out.extend_from_slice(MAGIC);
+        put_u32(&mut out, m.files.len());
+        for &i in &m.files {
+            let f = &scan.files[i];
+            put_str(&mut out, split_parent(&f.path).1);
+            out.extend_from_slice(&f.size.to_le_bytes());
+            out.extend_from_slice(&f.mode.to_le_bytes());
+            let sha = digests
+                .get(i)
+                .ok_or_else(|| WsError::InvalidRequest(format!("{}: no digest", f.path)))?;
+            out.extend_from_slice(sha);
+            put_props(&mut out, props.and_then(|p| p.get(&*f.path)));
+        }
+        put_u32(&mut out, m.dirs.len());
+        for &i in &m.dirs {
+            let d = &scan.dirs[i];
+            put_str(&mut out, split_parent(&d.path).1);
+            out.extend_from_slice(&d.mode.to_le_bytes());
+            let child = shas[i + 1].ok_or_else(|| {
+                WsError::InvalidRequest(format!("{}: node built out of order", d.path))
+            })?;
+            out.extend_from_slice(&child);
+        }
+        put_u32(&mut out, m.links.len());
+        for &i in &m.links {
+            let l = &scan.links[i];
+            put_str(&mut out, split_parent(&l.path).1);
+            put_str(&mut out, &l.target);
+        }
+        put_u32(&mut out, m.skipped.len());
+        for &i in &m.skipped {
+            let k = &scan.skipped[i];
+            put_str(&mut out, split_parent(&k.path).1);
+            put_str(&mut out, &k.reason);
+        }
+        let sha: [u8; 32] = Sha256::digest(&out).into();
+        shas[s] = Some(sha);
+        if seen.insert(sha) {
+            nodes.push((sha, out));
+        }
+    }
+    // Built whole, every entry must have found its directory.
+    let lengths = [
+        scan.files.len(),
+        scan.dirs.len(),
+        scan.links.len(),
+        scan.skipped.len(),
+    ];
+    if reused.iter().all(Option::is_none) && placed != lengths {
+        return Err(WsError::InvalidRequest(format!(
+            "the scan holds entries outside its directories ({placed:?} of {lengths:?} placed)"
+        )));
+    }
+    let dir_shas: Vec<[u8; 32]> = shas.into_iter().flatten().collect();
+    let root = *dir_shas
+        .first()
+        .filter(|_| dir_shas.len() == scan.dirs.len() + 1)
+        .ok_or_else(|| WsError::InvalidRequest("a tree node is missing".into()))?;
+    Ok(BuiltTree {
+        root,
+        nodes,
+        dir_shas,
+    })
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(out, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_props(out: &mut Vec<u8>, props: Option<&FileProps>) {
+    let ct = props.and_then(|p| p.content_type.as_deref());
+    let meta = props.map(|p| &p.metadata).filter(|m| !m.is_empty());
+    out.push(u8::from(ct.is_some()) | (u8::from(meta.is_some()) << 1));
+    if let Some(ct) = ct {
+        put_str(out, ct);
+    }
+    if let Some(meta) = meta {
+        put_u32(out, meta.len());
+        for (k, v) in meta {
+            put_str(out, k);
+            put_str(out, v);
+        }
+    }
+}
+
+/// Whether the blob file at `path` is a tree node (it starts with the
+/// node magic).
+pub(crate) fn is_node_file(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; MAGIC.len()];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head == *MAGIC)
+}
+
+/// A tree expanded into a manifest's lists (each sorted by path), with
+/// the digests of every node it is made of.
+#[derive(Debug, Default)]
+pub(crate) struct Expanded {
+    pub files: Vec<FileEntry>,
+    pub dirs: Vec<DirectoryEntry>,
+    pub links: Vec<LinkEntry>,
+    pub skipped: Vec<SkippedEntry>,
+    /// Hex digests of the distinct nodes.
+    pub nodes: Vec<String>,
+}
+
+/// One decoded node.
+struct Node {
+    files: Vec<FileEntry>,
+    dirs: Vec<(String, u32, [u8; 32])>,
+    links: Vec<LinkEntry>,
+    skipped: Vec<SkippedEntry>,
+}
+
+/// Reads the tree whose root node is `root` (hex) out of the blob store:
+/// every node is checked against its digest and decoded strictly.
+pub(crate) fn load_tree(registry: &Registry, root: &str) -> Result<Expanded> {
+    let root_sha = unhex32(root).ok_or_else(|| corrupt(root, "not a SHA-256"))?;
+    let mut cache: HashMap<[u8; 32], std::rc::Rc<Node>> = HashMap::new();
+    let mut out = Expanded::default();
+    let mut stack: Vec<(String, [u8; 32])> = vec![(String::new(), root_sha)];
+    while let Some((prefix, sha)) = stack.pop() {
+        let node = match cache.get(&sha) {
+            Some(n) => n.clone(),
+            None => {
+                let n = std::rc::Rc::new(read_node(registry, &sha)?);
+                cache.insert(sha, n.clone());
+                out.nodes.push(hex(&sha));
+                n
+            }
+        };
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}/{name}")
+            }
+        };
+        for f in &node.files {
+            out.files.push(FileEntry {
+                path: join(&f.path),
+                ..f.clone()
+            });
+        }
+        for l in &node.links {
+            out.links.push(LinkEntry {
+                path: join(&l.path),
+                target: l.target.clone(),
+            });
+        }
+        for k in &node.skipped {
+            out.skipped.push(SkippedEntry {
+                path: join(&k.path),
+                reason: k.reason.clone(),
+            });
+        }
+        for (name, mode, child) in &node.dirs {
+            let path = join(name);
+            out.dirs.push(DirectoryEntry {
+                path: path.clone(),
+                mode: *mode,
+            });
+            stack.push((path, *child));
+        }
+    }
+    out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    out.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn corrupt(node: &str, why: &str) -> WsError {
+    WsError::Corrupt(format!("checkpoint tree node {node}: {why}"))
+}
+
+fn read_node(registry: &Registry, sha: &[u8; 32]) -> Result<Node> {
+    let name = hex(sha);
+    let path = blob_path(registry, &name);
+    let bytes = fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => corrupt(&name, "missing from the blob store"),
+        _ => WsError::io_at("read", &path, e),
+    })?;
+    if Sha256::digest(&bytes).as_slice() != sha {
+        return Err(corrupt(&name, "its bytes do not match its digest"));
+    }
+    decode_node(&bytes).ok_or_else(|| corrupt(&name, "malformed"))
+}
+
+/// A cursor over a node's bytes; every read is bounds-checked.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.array()?))
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let n = self.u32()? as usize;
+        String::from_utf8(self.take(n)?.to_vec()).ok()
+    }
+
+    /// A count of items each at least `min` bytes long: bounded by the
+    /// bytes left, so a bad count cannot make a huge allocation.
+    fn count(&mut self, min: usize) -> Option<usize> {
+        let n = self.u32()? as usize;
+        (n <= self.0.len() / min).then_some(n)
+    }
+
+    /// One path component, in strictly increasing order after `last`.
+    fn name(&mut self, last: &mut Option<String>) -> Option<String> {
+        let name = self.string()?;
+        let bad = name.is_empty()
+            || name == "."
+            || name == ".."
+            || name.contains('/')
+            || name.contains('\0')
+            || last.as_ref().is_some_and(|l| *l >= name);
+        if bad {
+            return None;
+        }
+        *last = Some(name.clone());
+        Some(name)
+    }
+}
+
+fn decode_node(bytes: &[u8]) -> Option<Node> {
+    let mut c = Cursor(bytes.strip_prefix(MAGIC.as_slice())?);
+    let mut last = None;
+    let n = c.count(49)?;
+    let mut files = Vec::with_capacity(n);
+    for _ in 0..n {
+        let path = c.name(&mut last)?;
+        let size = u64::from_le_bytes(c.array()?);
+        let mode = c.u32()?;
+        if mode > 0o777 {
+            return None;
+        }
+        let sha256 = hex(&c.array::<32>()?);
+        let flags = c.array::<1>()?[0];
+        if flags > 3 {
+            return None;
+        }
+        let content_type = if flags & 1 != 0 {
+            Some(c.string()?)
+        } else {
+            None
+        };
+        let mut metadata = BTreeMap::new();
+        if flags & 2 != 0 {
+            let m = c.count(8)?;
+            if m == 0 {
+                return None;
+            }
+            for _ in 0..m {
+                let k = c.string()?;
+                let v = c.string()?;
+                if metadata.insert(k, v).is_some() {
+                    return None;
+                }
+            }
+        }
+        files.push(FileEntry {
+            path,
+            size,
+            mode,
+            sha256,
+            content_type,
+            metadata,
+        });
+    }
+    let mut last = None;
+    let n = c.count(41)?;
+    let mut dirs = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = c.name(&mut last)?;
+        let mode = c.u32()?;
+        if mode > 0o7777 {
+            return None;
+        }
+        dirs.push((name, mode, c.array::<32>()?));
+    }
+    let mut last = None;
+    let n = c.count(8)?;
+    let mut links = Vec::with_capacity(n);
+    for _ in 0..n {
+        let path = c.name(&mut last)?;
+        let target = c.string()?;
+        links.push(LinkEntry { path, target });
+    }
+    let mut last = None;
+    let n = c.count(8)?;
+    let mut skipped = Vec::with_capacity(n);
+    for _ in 0..n {
+        let path = c.name(&mut last)?;
+        let reason = c.string()?;
+        skipped.push(SkippedEntry { path, reason });
+    }
+    if !c.0.is_empty() {
+        return None;
+    }
+    // One name, one kind.
+    let mut names: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let all_unique = files
+        .iter()
+        .map(|f| f.path.as_str())
+        .chain(dirs.iter().map(|d| d.0.as_str()))
+        .chain(links.iter().map(|l| l.path.as_str()))
+        .chain(skipped.iter().map(|s| s.path.as_str()))
+        .all(|n| names.insert(n));
+    all_unique.then_some(Node {
+        files,
+        dirs,
+        links,
+        skipped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::Scanned;
+
+    fn sample() -> (Scan, Vec<[u8; 32]>) {
+        // Path order, as a scan sorts: "a.txt" < "a/…" < "b".
+        let scan = Scan {
+            files: vec![
+                Scanned::for_test("a.txt", 1),
+                Scanned::for_test("a/x", 2),
+                Scanned::for_test("a/y/z", 3),
+                Scanned::for_test("b/x", 2),
+            ],
+            dirs: ["a", "a/y", "b", "e"]
+                .iter()
+                .map(|p| DirectoryEntry {
+                    path: (*p).into(),
+                    mode: 0o755,
+                })
+                .collect(),
+            links: vec![LinkEntry {
+                path: "a/l".into(),
+                target: "../a.txt".into(),
+            }],
+            skipped: vec![SkippedEntry {
+                path: "b/sock".into(),
+                reason: "a socket is not captured".into(),
+            }],
+            ..Scan::default()
+        };
+        (scan, vec![[1; 32], [2; 32], [3; 32], [2; 32]])
+    }
+
+    #[test]
+    fn nodes_round_trip_and_identical_directories_share_one_node() {
+        let (scan, produced) = sample();
+        let mut props = HashMap::new();
+        props.insert(
+            "a/x".to_string(),
+            FileProps {
+                content_type: Some("text/plain".into()),
+                metadata: [("k".to_string(), "v".to_string())].into(),
+            },
+        );
+        let built = build(&scan, &produced, Some(&props), &|_| None).unwrap();
+        // root, a, a/y, b, e: five directories, all different.
+        assert_eq!(built.nodes.len(), 5);
+        for (sha, bytes) in &built.nodes {
+            assert_eq!(Sha256::digest(bytes).as_slice(), sha);
+            assert!(decode_node(bytes).is_some());
+        }
+        let root = decode_node(&built.nodes.last().unwrap().1).unwrap();
+        assert_eq!(root.files.len(), 1);
+        assert_eq!(
+            root.dirs.iter().map(|d| d.0.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "e"]
+        );
+        let a = built
+            .nodes
+            .iter()
+            .find(|(s, _)| *s == root.dirs[0].2)
+            .map(|(_, b)| decode_node(b).unwrap())
+            .unwrap();
+        assert_eq!(a.files[0].content_type.as_deref(), Some("text/plain"));
+        assert_eq!(a.links[0].target, "../a.txt");
+
+        // Two empty directories are one node.
+        let twin = Scan {
+            dirs: ["p", "q"]
+                .iter()
+                .map(|p| DirectoryEntry {
+                    path: (*p).into(),
+                    mode: 0o755,
+                })
+                .collect(),
+            ..Scan::default()
+        };
+        assert_eq!(build(&twin, &[], None, &|_| None).unwrap().nodes.len(), 2);
+    }
+
+    #[test]
+    fn malformed_nodes_are_refused() {
+        let (scan, produced) = sample();
+        let built = build(&scan, &produced, None, &|_| None).unwrap();
+        let bytes = &built.nodes.last().unwrap().1;
+        for cut in 0..bytes.len() {
+            assert!(decode_node(&bytes[..cut]).is_none(), "cut at {cut}");
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(decode_node(&extra).is_none());
+        // Names out of order, empty, with a slash or a dot-dot.
+        for bad in [["b", "a"], ["", "a"], ["a/b", "c"], ["..", "a"]] {
+            let mut out = MAGIC.to_vec();
+            put_u32(&mut out, 0);
+            put_u32(&mut out, 2);
+            for name in bad {
+                put_str(&mut out, name);
+                out.extend_from_slice(&0o755u32.to_le_bytes());
+                out.extend_from_slice(&[0; 32]);
+            }
+            put_u32(&mut out, 0);
+            put_u32(&mut out, 0);
+            assert!(decode_node(&out).is_none(), "{bad:?}");
+        }
+    }
+}

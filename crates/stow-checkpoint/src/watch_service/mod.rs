@@ -1,0 +1,278 @@
+//! Captures through a watch that outlives one process.
+//!
+//! A CLI capture is a new process each time: it must stat every file of the
+//! tree to learn what changed, and on a 100,000-file tree that stat pass
+//! alone costs more than the rest of the capture. A long-lived process
+//! keeps an inotify watch instead ([`TreeMonitor`]); this module lets
+//! short-lived captures use it. `stow-s3 workspace watch` (and `workspace
+//! serve`, while it runs) hosts a [`WatchService`] on a Unix socket in the
+//! partition's private state directory, `.stow/watch/<ws>.sock`; a capture
+//! ([`capture`]) sends its [`CaptureRequest`] there when a service answers
+//! and otherwise runs in-process. Both run the same [`CaptureRequest::run`],
+//! so a checkpoint is the same whichever process made it; only the
+//! monitor differs.
+//!
+//! Failure rules. No service, a stale socket (its process died) or a
+//! request that could not be sent: the capture runs in-process. A service
+//! that dies after taking the request: a keyed capture is retried
+//! in-process (request keys make that safe); a plain one reports
+//! `outcome_unknown`, as a capture killed mid-way would have left it.
+
+mod service;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::WsError;
+use crate::keyed::{keyed_capture, KeyedRequest};
+use crate::progress::Progress;
+use crate::registry::Registry;
+use crate::{CaptureOptions, TreeMonitor};
+
+pub use service::WatchService;
+
+/// The wire version of requests and replies.
+const PROTOCOL_VERSION: u32 = 1;
+
+/// A request line is refused past this size.
+const MAX_REQUEST_BYTES: u64 = 64 << 10;
+
+/// One capture, as `workspace checkpoint` states it: plain, or keyed when
+/// `request_key` is set (or `resolve`, which only looks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CaptureRequest {
+    pub workspace_id: String,
+    pub parent: Option<String>,
+    /// Per-capture byte cap (0 = none).
+    pub max_bytes: u64,
+    /// Per-capture file cap (0 = none).
+    pub max_files: u64,
+    pub include_sensitive: bool,
+    pub portable: bool,
+    pub no_ignore: bool,
+    pub request_key: Option<String>,
+    pub resolve: bool,
+    /// Deadline of a keyed capture, in nanoseconds.
+    pub timeout_nanos: u64,
+}
+
+/// What a capture answers, in the form the CLI prints.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum CaptureReply {
+    /// A plain capture's result.
+    Captured { result: serde_json::Value },
+    /// A keyed capture's envelope; `failed` when it carries an error.
+    Keyed {
+        envelope: serde_json::Value,
+        failed: bool,
+    },
+    /// A plain capture refused (or failed) with this code.
+    Refused { code: String, message: String },
+}
+
+impl CaptureReply {
+    fn refused(e: &WsError) -> CaptureReply {
+        CaptureReply::Refused {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl CaptureRequest {
+    fn is_keyed(&self) -> bool {
+        self.request_key.is_some() || self.resolve
+    }
+
+    /// Runs the capture in this process, with `monitor` when a long-lived
+    /// process keeps one for the workspace.
+    pub fn run(
+        &self,
+        registry: &Registry,
+        monitor: Option<&TreeMonitor>,
+        progress: Option<&dyn Progress>,
+    ) -> CaptureReply {
+        if self.is_keyed() {
+            let envelope = keyed_capture(
+                registry,
+                &KeyedRequest {
+                    workspace_id: &self.workspace_id,
+                    request_key: self.request_key.as_deref().unwrap_or(""),
+                    resolve: self.resolve,
+                    timeout: Duration::from_nanos(self.timeout_nanos),
+                    parent: self.parent.clone(),
+                    max_bytes: self.max_bytes,
+                    max_files: self.max_files,
+                    include_sensitive: self.include_sensitive,
+                    portable: self.portable,
+                    no_ignore: self.no_ignore,
+                    monitor,
+                },
+            );
+            let failed = envelope.error.is_some();
+            return match serde_json::to_value(&envelope) {
+                Ok(envelope) => CaptureReply::Keyed { envelope, failed },
+                Err(e) => CaptureReply::Refused {
+                    code: "internal".into(),
+                    message: format!("encode the envelope: {e}"),
+                },
+            };
+        }
+        let opts = CaptureOptions {
+            parent: self.parent.clone(),
+            max_bytes: self.max_bytes,
+            max_files: self.max_files,
+            include_sensitive: self.include_sensitive,
+            no_ignore: self.no_ignore,
+            portable: self.portable,
+            progress,
+            monitor,
+            ..CaptureOptions::default()
+        };
+        match crate::capture(registry, &self.workspace_id, &opts) {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(result) => CaptureReply::Captured { result },
+                Err(e) => CaptureReply::Refused {
+                    code: "internal".into(),
+                    message: format!("encode the result: {e}"),
+                },
+            },
+            Err(e) => CaptureReply::refused(&e),
+        }
+    }
+}
+
+/// Runs `req` through the workspace's watch service when one answers, else
+/// in this process (with `progress`).
+pub fn capture(
+    registry: &Registry,
+    req: &CaptureRequest,
+    progress: Option<&dyn Progress>,
+) -> CaptureReply {
+    match through_service(registry, req) {
+        Delivery::Answered(reply) => reply,
+        Delivery::Untaken => req.run(registry, None, progress),
+        Delivery::Lost if req.is_keyed() => req.run(registry, None, progress),
+        Delivery::Lost => CaptureReply::Refused {
+            code: "outcome_unknown".into(),
+            message: format!(
+                "the watch serving workspace {} stopped during the capture; whether a \
+                 checkpoint was published is unknown (list the checkpoints)",
+                req.workspace_id
+            ),
+        },
+    }
+}
+
+/// Where a request sent to a service ended.
+enum Delivery {
+    Answered(CaptureReply),
+    /// No service took the request: nothing was done.
+    Untaken,
+    /// The service took the request and gave no answer.
+    Lost,
+}
+
+fn through_service(registry: &Registry, req: &CaptureRequest) -> Delivery {
+    if crate::paths::check_workspace_id(&req.workspace_id).is_err() {
+        return Delivery::Untaken;
+    }
+    let dir = watch_dir(registry);
+    let name = socket_name(&req.workspace_id);
+    if !dir.join(&name).exists() {
+        return Delivery::Untaken;
+    }
+    let mut stream = match connect(&dir, &name) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "no watch answers; capturing in process");
+            return Delivery::Untaken;
+        }
+    };
+    let mut line = match serde_json::to_vec(&Envelope {
+        version: PROTOCOL_VERSION,
+        request: req.clone(),
+    }) {
+        Ok(l) => l,
+        Err(_) => return Delivery::Untaken,
+    };
+    line.push(b'\n');
+    // The service acts only on a whole line, so a request not fully sent
+    // was not acted on.
+    if stream
+        .write_all(&line)
+        .and_then(|()| stream.flush())
+        .is_err()
+    {
+        return Delivery::Untaken;
+    }
+    if req.is_keyed() {
+        // A keyed capture has a deadline; past it (and a margin) the
+        // service is taken as lost and the key is resolved in process.
+        let wait = Duration::from_nanos(req.timeout_nanos) + Duration::from_secs(5);
+        let _ = stream.set_read_timeout(Some(wait));
+    }
+    let mut answer = String::new();
+    match BufReader::new(stream).read_line(&mut answer) {
+        Ok(n) if n > 0 => match serde_json::from_str::<ReplyEnvelope>(&answer) {
+            Ok(r) if r.version == PROTOCOL_VERSION => Delivery::Answered(r.reply),
+            _ => Delivery::Lost,
+        },
+        _ => Delivery::Lost,
+    }
+}
+
+/// A request on the wire.
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    version: u32,
+    request: CaptureRequest,
+}
+
+/// A reply on the wire.
+#[derive(Serialize, Deserialize)]
+struct ReplyEnvelope {
+    version: u32,
+    reply: CaptureReply,
+}
+
+/// The partition's directory of watch sockets and their locks.
+fn watch_dir(registry: &Registry) -> PathBuf {
+    registry.state_dir().join("watch")
+}
+
+fn socket_name(ws: &str) -> String {
+    format!("{ws}.sock")
+}
+
+/// A socket address is at most 107 bytes; a longer path is reached through
+/// an open descriptor of its directory (`/proc/self/fd/N/name`).
+const MAX_SOCKET_PATH: usize = 100;
+
+fn connect(dir: &Path, name: &str) -> std::io::Result<UnixStream> {
+    with_short_path(dir, name, |p| UnixStream::connect(p))
+}
+
+/// Calls `f` with a path naming `dir/name` short enough for a socket
+/// address.
+fn with_short_path<T>(
+    dir: &Path,
+    name: &str,
+    f: impl FnOnce(&Path) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let full = dir.join(name);
+    if full.as_os_str().len() <= MAX_SOCKET_PATH {
+        return f(&full);
+    }
+    let handle = std::fs::File::open(dir)?;
+    use std::os::unix::io::AsRawFd;
+    f(&PathBuf::from(format!(
+        "/proc/self/fd/{}/{name}",
+        handle.as_raw_fd()
+    )))
+}
