@@ -112,22 +112,8 @@ pub fn derive_id(workspace_id: &str, key: &str) -> (String, String) {
 /// defaults (the MCP profile) and one that leaves them out (the CLI)
 /// describe the same request.
 fn options_digest(req: &KeyedRequest) -> String {
-    let (max_bytes, max_files) = if req.portable {
-        (
-            if req.max_bytes == 0 {
-                crate::archive::DEFAULT_MAX_BYTES
-            } else {
-                req.max_bytes
-            },
-            if req.max_files == 0 {
-                crate::archive::DEFAULT_MAX_FILES
-            } else {
-                req.max_files
-            },
-        )
-    } else {
-        (req.max_bytes, req.max_files)
-    };
+    let (max_bytes, max_files) =
+        crate::capture::capture_bounds(req.portable, req.max_bytes, req.max_files);
     let mut opts = serde_json::json!({
         "parent": req.parent,
         "max_bytes": max_bytes,

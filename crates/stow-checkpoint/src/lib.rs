@@ -59,7 +59,6 @@ pub mod walk;
 mod watch;
 
 // Checkpoints: format, tree nodes, blobs, capture, publication, reads.
-mod admit;
 mod blobs;
 mod capture;
 mod check;
@@ -69,7 +68,6 @@ mod format;
 mod gc;
 mod materialize;
 mod objects;
-mod produce;
 mod publish;
 mod tree;
 mod validate;
@@ -89,12 +87,12 @@ pub use gc::{gc, GcResult};
 pub use materialize::verify;
 pub use monitor::TreeMonitor;
 
-pub(crate) use admit::{admit, RetentionCaps};
 pub(crate) use blobs::{
     blob_ok, blob_path, discard, read_blob, stage_bytes, stage_known, stage_reader, Payload,
     StageError,
 };
 pub(crate) use capture::capture_locked;
+pub(crate) use capture::{admit, RetentionCaps};
 pub use delete::delete_workspace_checkpoints;
 pub(crate) use diff::{diff_buckets, diff_files_exact, diff_objects};
 pub use format::object_as_file;

@@ -38,12 +38,6 @@ impl ObjectSnapshot {
     }
 }
 
-pub(super) fn key_excluded(key: &str) -> bool {
-    key.split('/').enumerate().any(|(i, seg)| {
-        seg.eq_ignore_ascii_case(".git") || (i == 0 && seg.eq_ignore_ascii_case(".stow"))
-    })
-}
-
 /// Reads every private-store object of a workspace (files of the primary
 /// bucket are captured as files). A running server owns the store: capture
 /// then reports `in_progress`.
@@ -82,7 +76,7 @@ pub(super) fn snapshot_objects(
     }
     for b in snap.buckets.clone() {
         for o in view.private_objects(&b)? {
-            if key_excluded(&o.key) {
+            if crate::paths::is_reserved_path(&o.key) {
                 continue;
             }
             if !include_sensitive && is_sensitive(&o.key) {

@@ -85,8 +85,30 @@ pub fn join_rel(dir: &str, name: &str) -> String {
     }
 }
 
+/// The one rule for the names a workspace tree keeps to itself: `.git` at
+/// any depth and `.stow` at the root (`depth` 0), compared without case,
+/// are never captured, restored, listed as objects or sent anywhere.
+/// Returns why `name` at `depth` is reserved, or `None`.
+pub fn reserved_segment(depth: usize, name: &str) -> Option<&'static str> {
+    if name.eq_ignore_ascii_case(".git") {
+        Some(".git is never captured")
+    } else if depth == 0 && name.eq_ignore_ascii_case(".stow") {
+        Some(".stow is reserved")
+    } else {
+        None
+    }
+}
+
+/// Whether a slash path (a file path or an object key) has a reserved
+/// segment ([`reserved_segment`]).
+pub fn is_reserved_path(path: &str) -> bool {
+    path.split('/')
+        .enumerate()
+        .any(|(depth, seg)| reserved_segment(depth, seg).is_some())
+}
+
 /// Validates a checkpoint path: clean slash form, portable segments, no
-/// `.git` segment, no leading `.stow`.
+/// reserved segment ([`reserved_segment`]).
 pub fn check_checkpoint_path(path: &str) -> Result<()> {
     if path.is_empty() || path.starts_with('/') || path.contains('\\') {
         return Err(bad(path, "not a clean relative slash path"));
@@ -95,11 +117,8 @@ pub fn check_checkpoint_path(path: &str) -> Result<()> {
         if let Some(reason) = segment_problem(seg) {
             return Err(bad(path, reason));
         }
-        if seg.eq_ignore_ascii_case(".git") {
-            return Err(bad(path, ".git is never captured"));
-        }
-        if i == 0 && seg.eq_ignore_ascii_case(".stow") {
-            return Err(bad(path, ".stow is reserved"));
+        if let Some(reason) = reserved_segment(i, seg) {
+            return Err(bad(path, reason));
         }
     }
     Ok(())
@@ -118,11 +137,8 @@ pub fn check_checkpoint_leaf(path: &str) -> Result<()> {
     if let Some(reason) = segment_problem(leaf) {
         return Err(bad(path, reason));
     }
-    if leaf.eq_ignore_ascii_case(".git") {
-        return Err(bad(path, ".git is never captured"));
-    }
-    if parent.is_none() && leaf.eq_ignore_ascii_case(".stow") {
-        return Err(bad(path, ".stow is reserved"));
+    if let Some(reason) = reserved_segment(usize::from(parent.is_some()), leaf) {
+        return Err(bad(path, reason));
     }
     Ok(())
 }

@@ -1,6 +1,19 @@
 //! Progress reports of long operations (capture, restore, export, import),
-//! for a caller that wants to show them, and phase timings in the debug
-//! log. The library never prints.
+//! for a caller that wants to show them, their deadlines, and phase
+//! timings in the debug log. The library never prints.
+
+use crate::error::{Result, WsError};
+
+/// Refuses with `cancelled` once `deadline` has passed (nothing is
+/// published after that).
+pub fn check_deadline(deadline: Option<std::time::Instant>) -> Result<()> {
+    match deadline {
+        Some(d) if std::time::Instant::now() > d => Err(WsError::Cancelled(
+            "the deadline passed before the checkpoint was published".into(),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Receives progress from the thread doing the work.
 pub trait Progress: Sync {
@@ -17,7 +30,7 @@ impl Progress for NoProgress {
 }
 
 /// Logs how long each phase of an operation took, at debug level
-/// (`STOW_LOG=stow_workspace=debug`).
+/// (`STOW_LOG=stow_checkpoint=debug`).
 pub struct PhaseClock {
     op: &'static str,
     since: std::time::Instant,

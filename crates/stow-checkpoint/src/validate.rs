@@ -163,10 +163,7 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
                 ));
             }
             stow_store::validate::object_key(&o.key).map_err(|e| e.to_string())?;
-            let reserved = o.key.split('/').enumerate().any(|(i, seg)| {
-                seg.eq_ignore_ascii_case(".git") || (i == 0 && seg.eq_ignore_ascii_case(".stow"))
-            });
-            if reserved {
+            if crate::paths::is_reserved_path(&o.key) {
                 return Err(format!(
                     "object {}/{}: .git and .stow never travel",
                     o.bucket, o.key

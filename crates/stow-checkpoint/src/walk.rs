@@ -10,10 +10,10 @@ use sha2::{Digest, Sha256};
 use crate::error::{Result, WsError};
 use crate::fsutil::hex;
 
-/// Whether a walked name is excluded: root-level `.stow`, and `.git` at any
-/// depth (case-insensitive, file or directory).
+/// Whether a walked name is excluded: a reserved name
+/// ([`crate::paths::reserved_segment`]), file or directory.
 pub fn excluded(depth: usize, name: &str) -> bool {
-    name.eq_ignore_ascii_case(".git") || (depth == 0 && name.eq_ignore_ascii_case(".stow"))
+    crate::paths::reserved_segment(depth, name).is_some()
 }
 
 /// Directory entries sorted by name (byte order), the order every walk uses.

@@ -7,16 +7,16 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::blobs::{discard, discard_pairs, stage_reader, Payload, StageError};
-use crate::capture::CaptureOptions;
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, random_hex};
+use crate::progress::{check_deadline, Progress};
 use crate::registry::Registry;
 use crate::scan::Scanned;
 use crate::statcache::{unhex32, CacheEntry, StatCache};
 
 /// Cached digests for a sorted scan: both lists are in path order, so one
 /// merge pass matches them without building a map.
-pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<[u8; 32]>> {
+pub(crate) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<[u8; 32]>> {
     let mut entries = cache.entries.iter().peekable();
     files
         .iter()
@@ -43,9 +43,9 @@ pub(super) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option
 /// The payloads of a capture's files: every file's digest (scan order;
 /// `None` where it was not produced) and the new blobs staged for them.
 #[derive(Default)]
-pub(super) struct Produced {
-    pub(super) digests: Vec<Option<[u8; 32]>>,
-    pub(super) staged: Vec<(Payload, u64)>,
+pub(crate) struct Produced {
+    pub(crate) digests: Vec<Option<[u8; 32]>>,
+    pub(crate) staged: Vec<(Payload, u64)>,
 }
 
 /// One staging directory per producing thread, under `tmp`: creating a
@@ -54,7 +54,7 @@ pub(super) struct Produced {
 /// anything still in them, when dropped: by then every staged file was
 /// published, kept or discarded. After a crash, GC removes them.
 #[derive(Default)]
-pub(super) struct StageDirs {
+pub(crate) struct StageDirs {
     dirs: Vec<std::path::PathBuf>,
     /// Made for this capture (else the threads share `tmp` itself).
     owned: bool,
@@ -67,7 +67,7 @@ const SHARED_STAGE_FILES: usize = 64;
 impl StageDirs {
     /// The staging directories for producing the files `digests` lacks.
     /// The capture keeps them until it is done with what they hold.
-    pub(super) fn for_capture(tmp: &Path, digests: &[Option<[u8; 32]>]) -> Result<StageDirs> {
+    pub(crate) fn for_capture(tmp: &Path, digests: &[Option<[u8; 32]>]) -> Result<StageDirs> {
         let todo = digests.iter().filter(|d| d.is_none()).count();
         StageDirs::create(tmp, crate::parallel::worker_threads(todo), todo)
     }
@@ -105,14 +105,14 @@ impl Drop for StageDirs {
 }
 
 impl Produced {
-    pub(super) fn discard(&self) {
+    pub(crate) fn discard(&self) {
         discard_pairs(&self.staged);
     }
 }
 
 /// Stat-cache entries for the scanned `files` whose digest is known and
 /// that `keep` accepts.
-pub(super) fn cache_entries(
+pub(crate) fn cache_entries(
     files: &[Scanned],
     digests: &[Option<[u8; 32]>],
     keep: impl Fn(&Scanned) -> bool,
@@ -141,13 +141,14 @@ pub(super) fn cache_entries(
 /// failure the other files are still produced when the failure is the
 /// tree changing (their progress is worth keeping), and the partial result
 /// comes back with the error.
-pub(super) fn produce_all(
+pub(crate) fn produce_all(
     registry: &Registry,
     root: &Path,
     stages: &StageDirs,
     files: &[Scanned],
     mut digests: Vec<Option<[u8; 32]>>,
-    opts: &CaptureOptions,
+    deadline: Option<std::time::Instant>,
+    progress: Option<&dyn Progress>,
 ) -> std::result::Result<Produced, (Produced, WsError)> {
     // Cached digests need no I/O: the cache is dropped whenever GC deletes
     // blobs, so a digest it holds names a blob that still exists.
@@ -170,14 +171,13 @@ pub(super) fn produce_all(
                             break;
                         }
                         let i = todo[k];
-                        let r = opts
-                            .check_deadline()
+                        let r = check_deadline(deadline)
                             .and_then(|()| produce_one(registry, root, tmp, &files[i]));
                         if matches!(&r, Err(e) if !matches!(e, WsError::WorkspaceChanged(_))) {
                             failed.store(true, Ordering::Relaxed);
                         }
                         local.push((i, r));
-                        if let Some(p) = opts.progress {
+                        if let Some(p) = progress {
                             let size = files[i].size;
                             let now = done.fetch_add(size, Ordering::Relaxed) + size;
                             p.update("capture", now, total);
@@ -233,7 +233,7 @@ pub(super) fn produce_all(
     Ok(produced)
 }
 
-pub(super) fn produce_one(
+pub(crate) fn produce_one(
     registry: &Registry,
     root: &Path,
     tmp: &Path,
