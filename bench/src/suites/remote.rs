@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use stow_checkpoint::{self as checkpoint, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
 
 use super::s3::{start_ours, ACCESS_KEY, REGION, SECRET_KEY};
 use super::workspace::{bench_workspace, change_ten, fresh_registry, Plan};
@@ -273,7 +273,10 @@ fn measure(
             reg,
             &ws.workspace_id,
             &CaptureOptions {
-                parent: Some(parent.clone()),
+                spec: CaptureSpec {
+                    parent: Some(parent.clone()),
+                    ..CaptureSpec::default()
+                },
                 ..CaptureOptions::default()
             },
         )

@@ -242,7 +242,8 @@ impl Summary {
 }
 
 /// The result of a plain capture.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CheckpointResult {
     pub version: u32,
     pub checkpoint_id: String,

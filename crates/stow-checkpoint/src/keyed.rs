@@ -13,7 +13,7 @@ use crate::error::WsError;
 use crate::fsutil::{create_private_dir, hex, FileLock};
 use crate::paths::{check_checkpoint_id, check_workspace_id};
 use crate::registry::Registry;
-use crate::{capture_locked, CaptureOptions, CheckpointManifest};
+use crate::{capture_locked, CaptureOptions, CaptureSpec, CheckpointManifest};
 
 /// The receipt stored with a keyed checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct Receipt {
 }
 
 /// The checkpoint part of a keyed result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedCheckpoint {
     pub version: u32,
     pub id: String,
@@ -44,29 +44,53 @@ pub struct KeyedCheckpoint {
 }
 
 /// `result` of the keyed envelope.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyedResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<KeyedCheckpoint>,
     pub replayed: bool,
-    pub outcome: &'static str,
+    pub outcome: Outcome,
+}
+
+/// Whether a keyed capture's effect happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The checkpoint is published.
+    Committed,
+    /// Nothing was published.
+    NotCommitted,
+    /// Whether it was published is not known (look again by key).
+    Unknown,
+}
+
+impl Outcome {
+    /// The outcome's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Committed => "committed",
+            Outcome::NotCommitted => "not_committed",
+            Outcome::Unknown => "unknown",
+        }
+    }
 }
 
 /// The error object of the keyed envelope.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyedError {
-    pub code: &'static str,
-    pub phase: &'static str,
+    pub code: String,
+    pub phase: String,
     pub attempts: u32,
     pub retryable: bool,
-    pub outcome: &'static str,
-    /// Human message (the CLI prints it on stderr, MCP includes it).
+    pub outcome: Outcome,
+    /// Human message (the CLI prints it on stderr, MCP includes it); not
+    /// part of the envelope's JSON.
     #[serde(skip)]
     pub message: String,
 }
 
 /// The keyed envelope: `{version, result, error?}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyedEnvelope {
     pub version: u32,
     pub result: KeyedResult,
@@ -82,14 +106,8 @@ pub struct KeyedRequest<'a> {
     pub resolve: bool,
     /// Must be positive.
     pub timeout: Duration,
-    pub parent: Option<String>,
-    pub max_bytes: u64,
-    pub max_files: u64,
-    pub include_sensitive: bool,
-    /// Portable (v2) capture.
-    pub portable: bool,
-    /// Capture what `.stowignore` would keep out, too.
-    pub no_ignore: bool,
+    /// What to capture.
+    pub spec: CaptureSpec,
     /// A long-lived server's watch over the workspace (see
     /// [`crate::TreeMonitor`]).
     pub monitor: Option<&'a crate::TreeMonitor>,
@@ -112,17 +130,17 @@ pub fn derive_id(workspace_id: &str, key: &str) -> (String, String) {
 /// defaults (the MCP profile) and one that leaves them out (the CLI)
 /// describe the same request.
 fn options_digest(req: &KeyedRequest) -> String {
-    let (max_bytes, max_files) =
-        crate::capture::capture_bounds(req.portable, req.max_bytes, req.max_files);
+    let spec = &req.spec;
+    let (max_bytes, max_files) = spec.bounds();
     let mut opts = serde_json::json!({
-        "parent": req.parent,
+        "parent": spec.parent,
         "max_bytes": max_bytes,
         "max_files": max_files,
-        "include_sensitive": req.include_sensitive,
-        "portable": req.portable,
+        "include_sensitive": spec.include_sensitive,
+        "portable": spec.portable,
     });
     // Only when set, so requests from before the option keep their digest.
-    if req.no_ignore {
+    if spec.no_ignore {
         opts["no_ignore"] = serde_json::Value::Bool(true);
     }
     hex(&Sha256::digest(opts.to_string().as_bytes()))
@@ -131,7 +149,7 @@ fn options_digest(req: &KeyedRequest) -> String {
 fn fail(
     code: &'static str,
     phase: &'static str,
-    outcome: &'static str,
+    outcome: Outcome,
     message: String,
 ) -> KeyedEnvelope {
     KeyedEnvelope {
@@ -142,8 +160,8 @@ fn fail(
             outcome,
         },
         error: Some(KeyedError {
-            code,
-            phase,
+            code: code.into(),
+            phase: phase.into(),
             attempts: 1,
             retryable: code == "in_progress",
             outcome,
@@ -155,23 +173,23 @@ fn fail(
 fn from_error(e: WsError, phase: &'static str) -> KeyedEnvelope {
     let (code, phase, outcome) = match &e {
         WsError::InvalidRequest(_) | WsError::InvalidPath { .. } => {
-            ("invalid_request", "validate", "not_committed")
+            ("invalid_request", "validate", Outcome::NotCommitted)
         }
-        WsError::InvalidParent(_) => ("invalid_parent", "validate", "not_committed"),
-        WsError::InProgress(_) => ("in_progress", "lock", "not_committed"),
-        WsError::CapacityExceeded(_) => ("capacity_exceeded", "admit", "not_committed"),
-        WsError::WorkspaceChanged(_) => ("workspace_changed", "verify", "not_committed"),
-        WsError::OutcomeUnknown(_) => ("outcome_unknown", "commit", "unknown"),
-        WsError::Corrupt(_) => ("corrupt_checkpoint", "resolve", "unknown"),
-        WsError::Cancelled(_) => ("cancelled", "copy", "not_committed"),
-        WsError::RequestConflict => ("request_conflict", "resolve", "unknown"),
+        WsError::InvalidParent(_) => ("invalid_parent", "validate", Outcome::NotCommitted),
+        WsError::InProgress(_) => ("in_progress", "lock", Outcome::NotCommitted),
+        WsError::CapacityExceeded(_) => ("capacity_exceeded", "admit", Outcome::NotCommitted),
+        WsError::WorkspaceChanged(_) => ("workspace_changed", "verify", Outcome::NotCommitted),
+        WsError::OutcomeUnknown(_) => ("outcome_unknown", "commit", Outcome::Unknown),
+        WsError::Corrupt(_) => ("corrupt_checkpoint", "resolve", Outcome::Unknown),
+        WsError::Cancelled(_) => ("cancelled", "copy", Outcome::NotCommitted),
+        WsError::RequestConflict => ("request_conflict", "resolve", Outcome::Unknown),
         WsError::Io { source, .. } if stow_store::io_is_no_space(source) => {
-            ("no_space", phase, "not_committed")
+            ("no_space", phase, Outcome::NotCommitted)
         }
         WsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
-            ("permission_denied", phase, "not_committed")
+            ("permission_denied", phase, Outcome::NotCommitted)
         }
-        _ => ("io_failure", phase, "not_committed"),
+        _ => ("io_failure", phase, Outcome::NotCommitted),
     };
     fail(code, phase, outcome, e.to_string())
 }
@@ -193,7 +211,7 @@ fn committed(m: &CheckpointManifest, replayed: bool) -> KeyedEnvelope {
                 objects: (m.version == 2).then_some(m.objects.len() as u64),
             }),
             replayed,
-            outcome: "committed",
+            outcome: Outcome::Committed,
         },
         error: None,
     }
@@ -208,7 +226,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         return fail(
             "invalid_request",
             "validate",
-            "not_committed",
+            Outcome::NotCommitted,
             "request key must be 1-256 characters without surrounding whitespace".into(),
         );
     }
@@ -216,7 +234,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         return fail(
             "invalid_request",
             "validate",
-            "not_committed",
+            Outcome::NotCommitted,
             "a positive --timeout is required".into(),
         );
     }
@@ -224,23 +242,30 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         return fail(
             "invalid_request",
             "validate",
-            "not_committed",
+            Outcome::NotCommitted,
             e.to_string(),
         );
     }
-    if let Some(p) = &req.parent {
+    if let Some(p) = &req.spec.parent {
         if let Err(e) = check_checkpoint_id(p) {
             return fail(
                 "invalid_request",
                 "validate",
-                "not_committed",
+                Outcome::NotCommitted,
                 e.to_string(),
             );
         }
     }
     let rec = match registry.get(req.workspace_id) {
         Ok(r) => r,
-        Err(e) => return fail("invalid_scope", "lookup", "not_committed", e.to_string()),
+        Err(e) => {
+            return fail(
+                "invalid_scope",
+                "lookup",
+                Outcome::NotCommitted,
+                e.to_string(),
+            )
+        }
     };
     let (id, request_digest) = derive_id(&rec.id, key);
     let expected = Receipt {
@@ -261,7 +286,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             return fail(
                 "locking_unavailable",
                 "lock",
-                "not_committed",
+                Outcome::NotCommitted,
                 e.to_string(),
             )
         }
@@ -272,7 +297,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             return fail(
                 "locking_unavailable",
                 "lock",
-                "not_committed",
+                Outcome::NotCommitted,
                 e.to_string(),
             )
         }
@@ -281,7 +306,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         return fail(
             "cancelled",
             "lock",
-            "not_committed",
+            Outcome::NotCommitted,
             "the deadline passed before the capture started".into(),
         );
     }
@@ -295,21 +320,16 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
         return fail(
             "not_found",
             "resolve",
-            "unknown",
+            Outcome::Unknown,
             format!("no receipt for this request key ({id})"),
         );
     }
     let receipt = match serde_json::to_vec_pretty(&expected) {
         Ok(b) => b,
-        Err(e) => return fail("io_failure", "commit", "not_committed", e.to_string()),
+        Err(e) => return fail("io_failure", "commit", Outcome::NotCommitted, e.to_string()),
     };
     let opts = CaptureOptions {
-        parent: req.parent.clone(),
-        max_bytes: req.max_bytes,
-        max_files: req.max_files,
-        include_sensitive: req.include_sensitive,
-        no_ignore: req.no_ignore,
-        portable: req.portable,
+        spec: req.spec.clone(),
         // The deadline holds until the checkpoint is published: a capture
         // past it stops and reports `cancelled`, never half-done.
         deadline: Some(started + req.timeout),
@@ -323,7 +343,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             version: 1,
             result: KeyedResult {
                 checkpoint: Some(KeyedCheckpoint {
-                    version: if req.portable { 2 } else { 1 },
+                    version: if req.spec.portable { 2 } else { 1 },
                     id: r.checkpoint_id,
                     workspace_id: r.workspace_id,
                     parent_id: r.parent_checkpoint_id,
@@ -334,7 +354,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
                     objects: r.objects,
                 }),
                 replayed: false,
-                outcome: "committed",
+                outcome: Outcome::Committed,
             },
             error: None,
         },
@@ -359,9 +379,14 @@ fn replay(
         Ok(_) => fail(
             "corrupt_checkpoint",
             "verify",
-            "unknown",
+            Outcome::Unknown,
             "checkpoint names another workspace".into(),
         ),
-        Err(e) => fail("corrupt_checkpoint", "verify", "unknown", e.to_string()),
+        Err(e) => fail(
+            "corrupt_checkpoint",
+            "verify",
+            Outcome::Unknown,
+            e.to_string(),
+        ),
     }
 }

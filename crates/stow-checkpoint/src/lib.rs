@@ -73,7 +73,7 @@ mod tree;
 mod validate;
 
 pub use blobs::{open_verified, stored_bytes, verify_blob, VerifiedBlob};
-pub use capture::{capture, CaptureOptions};
+pub use capture::{capture, CaptureOptions, CaptureSpec};
 pub use check::{check, Damage, RegistryCheck};
 pub use delete::{delete, DeleteResult};
 pub use diff::{

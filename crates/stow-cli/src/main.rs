@@ -53,19 +53,31 @@ enum Command {
     },
 }
 
-/// A refusal or failure, printed as `{"error": {"code", "message"}}`.
+/// A refusal or failure: printed as `{"error": {"code", "message"}}`, or
+/// as its own `document` when the command's one JSON document carries the
+/// error itself (a keyed capture's envelope); either way the exit code is 1.
 #[derive(Debug, Serialize)]
 pub struct CliError {
     pub code: String,
     pub message: String,
+    #[serde(skip)]
+    pub document: Option<serde_json::Value>,
+}
+
+impl CliError {
+    /// A refusal printed as `{"error": {"code", "message"}}`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> CliError {
+        CliError {
+            code: code.into(),
+            message: message.into(),
+            document: None,
+        }
+    }
 }
 
 impl From<stow_store::StoreError> for CliError {
     fn from(e: stow_store::StoreError) -> Self {
-        CliError {
-            code: e.code().to_string(),
-            message: e.to_string(),
-        }
+        CliError::new(e.code().to_string(), e.to_string())
     }
 }
 
@@ -126,10 +138,10 @@ fn run(cli: Cli) -> Result<serde_json::Value, CliError> {
             if consistent {
                 Ok(out)
             } else {
-                Err(CliError {
-                    code: "inconsistent".into(),
-                    message: format!("the store has problems: {}", problems.join("; ")),
-                })
+                Err(CliError::new(
+                    "inconsistent",
+                    format!("the store has problems: {}", problems.join("; ")),
+                ))
             }
         }
     }
@@ -163,7 +175,10 @@ fn main() -> ExitCode {
         }
         Err(err) => {
             diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
-            print_json(&serde_json::json!({ "error": err }));
+            match &err.document {
+                Some(document) => print_json(document),
+                None => print_json(&serde_json::json!({ "error": err })),
+            }
             ExitCode::from(1)
         }
     }

@@ -110,12 +110,12 @@ pub(crate) fn connector(timeout: Option<&str>) -> Result<S3Connector, CliError> 
         Some(t) => match crate::parse_duration(t) {
             Some(d) if d > Duration::ZERO => d,
             _ => {
-                return Err(CliError {
-                    code: "invalid_request".into(),
-                    message: format!(
+                return Err(CliError::new(
+                    "invalid_request",
+                    format!(
                         "--timeout {t:?} is not a positive duration (seconds, or e.g. 90s, 10m)"
                     ),
-                })
+                ))
             }
         },
     };

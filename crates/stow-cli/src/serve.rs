@@ -217,10 +217,7 @@ pub fn run_workspace(
 }
 
 pub(crate) fn refuse(code: &str, message: impl Into<String>) -> CliError {
-    CliError {
-        code: code.into(),
-        message: message.into(),
-    }
+    CliError::new(code, message)
 }
 
 fn random_key(len: usize, alphabet: &[u8]) -> String {

@@ -49,10 +49,7 @@ fn block_stop_signals() -> Result<libc::sigset_t, CliError> {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(CliError {
-                code: "unavailable".into(),
-                message: "cannot block SIGINT/SIGTERM".into(),
-            });
+            return Err(CliError::new("unavailable", "cannot block SIGINT/SIGTERM"));
         }
         Ok(set)
     }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
 use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest};
+use stow_checkpoint::CaptureSpec;
 use stow_checkpoint::{Registry, WsError};
 use stow_workspace::admin::{self, PolicyUpdate};
 use stow_workspace::handoff::AdoptOptions;
@@ -19,10 +20,7 @@ use stow_checkpoint::progress::Progress;
 
 impl From<WsError> for CliError {
     fn from(e: WsError) -> Self {
-        CliError {
-            code: e.code().to_string(),
-            message: e.to_string(),
-        }
+        CliError::new(e.code().to_string(), e.to_string())
     }
 }
 
@@ -356,10 +354,7 @@ pub enum PolicyCommand {
 }
 
 pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliError> {
-    serde_json::to_value(v).map_err(|e| CliError {
-        code: "internal".into(),
-        message: format!("encode result: {e}"),
-    })
+    serde_json::to_value(v).map_err(|e| CliError::new("internal", format!("encode result: {e}")))
 }
 
 /// A capture's reply as the CLI answers it. The keyed form prints its
@@ -367,25 +362,16 @@ pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliEr
 /// not `{"error"}`, is the one JSON document).
 fn captured(reply: CaptureReply) -> Result<serde_json::Value, CliError> {
     match reply {
-        CaptureReply::Captured { result } => Ok(result),
-        CaptureReply::Keyed {
-            envelope,
-            failed: false,
-        } => Ok(envelope),
-        CaptureReply::Keyed {
-            envelope,
-            failed: true,
-        } => {
-            let field = |k: &str| envelope["error"][k].as_str().unwrap_or("").to_string();
-            crate::diagnose(format_args!(
-                "stow-s3: {} ({})",
-                field("message"),
-                field("code")
-            ));
-            crate::print_json(&envelope);
-            std::process::exit(1);
-        }
-        CaptureReply::Refused { code, message } => Err(CliError { code, message }),
+        CaptureReply::Captured { result } => json(result),
+        CaptureReply::Keyed { envelope, message } => match &envelope.error {
+            None => json(&envelope),
+            Some(e) => Err(CliError {
+                code: e.code.clone(),
+                message: message.unwrap_or_default(),
+                document: Some(json(&envelope)?),
+            }),
+        },
+        CaptureReply::Refused { code, message } => Err(CliError::new(code, message)),
     }
 }
 
@@ -402,15 +388,15 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             (None, Some(doc)) if registry.registry_dir.is_none() && registry.team.is_none() => {
                 json(handoff::resume_handoff(&doc)?)
             }
-            (_, Some(_)) => Err(CliError {
-                code: "invalid_request".into(),
-                message: "use --handoff or --id/--registry-dir/--team, not both".into(),
-            }),
+            (_, Some(_)) => Err(CliError::new(
+                "invalid_request",
+                "use --handoff or --id/--registry-dir/--team, not both",
+            )),
             (Some(id), None) => json(open::resume(&registry.open()?, &id, None, true)?),
-            (None, None) => Err(CliError {
-                code: "invalid_request".into(),
-                message: "resume needs --id or --handoff".into(),
-            }),
+            (None, None) => Err(CliError::new(
+                "invalid_request",
+                "resume needs --id or --handoff",
+            )),
         },
         C::Serve(args) => {
             let registry = args.registry.open()?;
@@ -425,9 +411,8 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             output,
             registry,
         } => {
-            let cp = checkpoint_id.ok_or_else(|| CliError {
-                code: "invalid_request".into(),
-                message: "--remote needs --checkpoint-id".into(),
+            let cp = checkpoint_id.ok_or_else(|| {
+                CliError::new("invalid_request", "--remote needs --checkpoint-id")
             })?;
             let connector = crate::remote::connector(timeout.as_deref())?;
             let (doc, _pushed) = handoff::handoff_via_remote(
@@ -481,13 +466,15 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             registry,
         } => {
             let req = CaptureRequest {
+                spec: CaptureSpec {
+                    parent,
+                    max_bytes,
+                    max_files,
+                    include_sensitive,
+                    portable,
+                    no_ignore,
+                },
                 workspace_id: id,
-                parent,
-                max_bytes,
-                max_files,
-                include_sensitive,
-                portable,
-                no_ignore,
                 request_key,
                 resolve,
                 timeout_nanos: timeout
@@ -536,10 +523,10 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                     &root,
                     &opts,
                 )?),
-                _ => Err(CliError {
-                    code: "invalid_request".into(),
-                    message: "adopt needs --handoff, or --remote with --checkpoint-id".into(),
-                }),
+                _ => Err(CliError::new(
+                    "invalid_request",
+                    "adopt needs --handoff, or --remote with --checkpoint-id",
+                )),
             }
         }
         C::Push(args) => crate::remote::push(args),
@@ -632,15 +619,15 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 .iter()
                 .map(|d| format!("{}: {}", d.checkpoint_id, d.problems.join("; ")))
                 .collect();
-            Err(CliError {
-                code: "inconsistent".into(),
-                message: format!(
+            Err(CliError::new(
+                "inconsistent",
+                format!(
                     "{} of {} checkpoints are damaged: {}",
                     r.damaged.len(),
                     r.checkpoints,
                     list.join(" | ")
                 ),
-            })
+            ))
         }
         C::Diff { from, to, registry } => {
             json(stow_checkpoint::diff(&registry.open()?, &from, &to)?)

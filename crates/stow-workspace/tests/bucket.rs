@@ -5,7 +5,7 @@ use std::io::Read as _;
 use std::path::Path;
 
 use stow_checkpoint::bucket::{ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
-use stow_checkpoint::{self as checkpoint, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
 use stow_store::{ObjectBackend, ObjectProps, PutOptions};
 use stow_workspace::open::serve_workspace;
 use stow_workspace::restore::{restore, RestoreLimits};
@@ -30,7 +30,10 @@ fn seeded_workspace(dir: &Path, seed: &[u8], extra: &str) -> (WorkspaceResult, R
 
 fn portable() -> CaptureOptions<'static> {
     CaptureOptions {
-        portable: true,
+        spec: CaptureSpec {
+            portable: true,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use stow_checkpoint::{self as checkpoint, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{admin, Registry};
 
@@ -27,7 +27,10 @@ fn capture_diff_restore_linear() {
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
-            parent: Some(c1.checkpoint_id.clone()),
+            spec: CaptureSpec {
+                parent: Some(c1.checkpoint_id.clone()),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )
@@ -254,7 +257,10 @@ fn retention_caps_refuse_without_evicting() {
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
-            max_files: 1,
+            spec: CaptureSpec {
+                max_files: 1,
+                ..Default::default()
+            },
             ..Default::default()
         },
     )
@@ -269,7 +275,10 @@ fn parent_must_belong_to_the_workspace() {
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
-            parent: Some("cp_000000000000000000000000".into()),
+            spec: CaptureSpec {
+                parent: Some("cp_000000000000000000000000".into()),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )
@@ -318,7 +327,10 @@ fn delete_and_gc() {
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
-            parent: Some(c1.checkpoint_id.clone()),
+            spec: CaptureSpec {
+                parent: Some(c1.checkpoint_id.clone()),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

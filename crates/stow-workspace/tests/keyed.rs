@@ -5,20 +5,23 @@ use std::time::Duration;
 
 use stow_checkpoint::fsutil::FileLock;
 use stow_checkpoint::keyed::{derive_id, keyed_capture, KeyedRequest};
+use stow_checkpoint::CaptureSpec;
 use stow_workspace::{prepare, Registry};
 
 fn req<'a>(ws: &'a str, key: &'a str) -> KeyedRequest<'a> {
     KeyedRequest {
+        spec: CaptureSpec {
+            parent: None,
+            max_bytes: 0,
+            max_files: 0,
+            include_sensitive: false,
+            portable: false,
+            no_ignore: false,
+        },
         workspace_id: ws,
         request_key: key,
         resolve: false,
         timeout: Duration::from_secs(30),
-        parent: None,
-        max_bytes: 0,
-        max_files: 0,
-        include_sensitive: false,
-        portable: false,
-        no_ignore: false,
         monitor: None,
     }
 }
@@ -48,14 +51,18 @@ fn keyed_capture_outcomes() {
     );
     let e = r.error.unwrap();
     assert_eq!(
-        (e.code, r.result.outcome, e.outcome),
+        (
+            e.code.as_str(),
+            r.result.outcome.as_str(),
+            e.outcome.as_str()
+        ),
         ("not_found", "unknown", "unknown")
     );
 
     let first = keyed_capture(&reg, &req(ws, "k1"));
     assert!(first.error.is_none());
     assert_eq!(
-        (first.result.outcome, first.result.replayed),
+        (first.result.outcome.as_str(), first.result.replayed),
         ("committed", false)
     );
     let cp = first.result.checkpoint.unwrap();
@@ -66,7 +73,7 @@ fn keyed_capture_outcomes() {
     fs::write(p.root.join("b.txt"), "changed since").unwrap();
     let again = keyed_capture(&reg, &req(ws, "k1"));
     assert_eq!(
-        (again.result.outcome, again.result.replayed),
+        (again.result.outcome.as_str(), again.result.replayed),
         ("committed", true)
     );
     assert_eq!(again.result.checkpoint.unwrap().files, 1);
@@ -79,7 +86,7 @@ fn keyed_capture_outcomes() {
         },
     );
     assert_eq!(
-        (resolved.result.outcome, resolved.result.replayed),
+        (resolved.result.outcome.as_str(), resolved.result.replayed),
         ("committed", true)
     );
 
@@ -87,20 +94,23 @@ fn keyed_capture_outcomes() {
     let conflict = keyed_capture(
         &reg,
         &KeyedRequest {
-            max_files: 7,
+            spec: CaptureSpec {
+                max_files: 7,
+                ..Default::default()
+            },
             ..req(ws, "k1")
         },
     );
     let e = conflict.error.unwrap();
     assert_eq!(
-        (e.code, e.outcome, e.retryable, e.attempts),
+        (e.code.as_str(), e.outcome.as_str(), e.retryable, e.attempts),
         ("request_conflict", "unknown", false, 1)
     );
 
     // Validation and scope errors.
     let e = keyed_capture(&reg, &req(ws, " padded")).error.unwrap();
     assert_eq!(
-        (e.code, e.phase, e.outcome),
+        (e.code.as_str(), e.phase.as_str(), e.outcome.as_str()),
         ("invalid_request", "validate", "not_committed")
     );
     let e = keyed_capture(
@@ -112,11 +122,14 @@ fn keyed_capture_outcomes() {
     )
     .error
     .unwrap();
-    assert_eq!(e.code, "invalid_request");
+    assert_eq!(e.code.as_str(), "invalid_request");
     let e = keyed_capture(&reg, &req("ws_0000000000000000", "k2"))
         .error
         .unwrap();
-    assert_eq!((e.code, e.phase), ("invalid_scope", "lookup"));
+    assert_eq!(
+        (e.code.as_str(), e.phase.as_str()),
+        ("invalid_scope", "lookup")
+    );
 
     // A concurrent capture of the workspace: in_progress, retryable.
     let lock = FileLock::try_lock(
@@ -128,7 +141,12 @@ fn keyed_capture_outcomes() {
     .unwrap();
     let e = keyed_capture(&reg, &req(ws, "k2")).error.unwrap();
     assert_eq!(
-        (e.code, e.phase, e.retryable, e.outcome),
+        (
+            e.code.as_str(),
+            e.phase.as_str(),
+            e.retryable,
+            e.outcome.as_str()
+        ),
         ("in_progress", "lock", true, "not_committed")
     );
     drop(lock);
@@ -149,7 +167,10 @@ fn keyed_capture_outcomes() {
     fs::set_permissions(&blob, perms).unwrap();
     fs::write(&blob, "tampered!!!!!!").unwrap();
     let e = keyed_capture(&reg, &req(ws, "k3")).error.unwrap();
-    assert_eq!((e.code, e.outcome), ("corrupt_checkpoint", "unknown"));
+    assert_eq!(
+        (e.code.as_str(), e.outcome.as_str()),
+        ("corrupt_checkpoint", "unknown")
+    );
 
     // Deleting the checkpoint deletes its receipt: resolution is unknown.
     stow_checkpoint::delete(&reg, &derive_id(ws, "k1").0).unwrap();
@@ -161,7 +182,7 @@ fn keyed_capture_outcomes() {
         },
     );
     assert_eq!(
-        (r.error.unwrap().code, r.result.outcome),
+        (r.error.unwrap().code.as_str(), r.result.outcome.as_str()),
         ("not_found", "unknown")
     );
 }

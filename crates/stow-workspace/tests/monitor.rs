@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use stow_checkpoint::{self as checkpoint, CaptureOptions, CheckpointManifest, TreeMonitor};
+use stow_checkpoint::{
+    self as checkpoint, CaptureOptions, CaptureSpec, CheckpointManifest, TreeMonitor,
+};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
 struct Ws {
@@ -207,8 +209,11 @@ fn capture_as(w: &Ws, monitor: Option<&TreeMonitor>, portable: bool) -> Checkpoi
         &w.reg,
         &w.ws.workspace_id,
         &CaptureOptions {
+            spec: CaptureSpec {
+                portable,
+                ..Default::default()
+            },
             monitor,
-            portable,
             ..Default::default()
         },
     )
@@ -308,7 +313,7 @@ fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
             service.is_watching(),
             "step {step}: the service keeps no watch"
         );
-        let id = result["checkpoint_id"].as_str().unwrap();
+        let id = &result.checkpoint_id;
         let m = checkpoint::load_manifest(&w.reg, id).unwrap();
         assert_eq!(truth_of(&m), truth, "step {step}; edits: {log:#?}");
     }

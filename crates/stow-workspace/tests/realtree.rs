@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use stow_checkpoint::archive::{self, ExportOptions, ImportOptions};
 use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
-use stow_checkpoint::{self as checkpoint, CaptureOptions, Kind};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec, Kind};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry};
 
@@ -233,7 +233,10 @@ fn stowignore_keeps_paths_out_and_no_ignore_captures_them() {
         &reg,
         &p.workspace_id,
         &CaptureOptions {
-            no_ignore: true,
+            spec: CaptureSpec {
+                no_ignore: true,
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use stow_checkpoint::remote::memory::MemoryRemote;
 use stow_checkpoint::remote::*;
-use stow_checkpoint::{capture, CaptureOptions, Registry};
+use stow_checkpoint::{capture, CaptureOptions, CaptureSpec, Registry};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::WorkspaceResult;
 
@@ -35,7 +35,10 @@ fn child(reg: &Registry, p: &WorkspaceResult, parent: &str) -> String {
     fs::write(Path::new(&p.root).join("new.txt"), "new file").unwrap();
     fs::write(Path::new(&p.root).join("top.txt"), "changed").unwrap();
     let opts = CaptureOptions {
-        parent: Some(parent.to_string()),
+        spec: CaptureSpec {
+            parent: Some(parent.to_string()),
+            ..Default::default()
+        },
         ..CaptureOptions::default()
     };
     capture(reg, &p.workspace_id, &opts).unwrap().checkpoint_id
@@ -285,7 +288,10 @@ fn sensitive_checkpoints_need_the_opt_in_to_leave() {
     let (p, reg, _cp) = workspace(tmp.path());
     fs::write(Path::new(&p.root).join(".env"), "TOKEN=1").unwrap();
     let opts = CaptureOptions {
-        include_sensitive: true,
+        spec: CaptureSpec {
+            include_sensitive: true,
+            ..Default::default()
+        },
         ..CaptureOptions::default()
     };
     let cp = capture(&reg, &p.workspace_id, &opts).unwrap().checkpoint_id;

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_checkpoint::bucket::WorkspaceBucket;
 use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
-use stow_checkpoint::{self as checkpoint, CaptureOptions};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
 use stow_store::ObjectProps;
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{prepare, Registry, WorkspaceResult};
@@ -31,7 +31,10 @@ fn workspace(dir: &Path) -> (WorkspaceResult, Registry) {
 
 fn portable() -> CaptureOptions<'static> {
     CaptureOptions {
-        portable: true,
+        spec: CaptureSpec {
+            portable: true,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

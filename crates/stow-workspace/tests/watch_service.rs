@@ -6,6 +6,7 @@ use std::fs;
 use std::os::unix::net::UnixListener;
 
 use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+use stow_checkpoint::CaptureSpec;
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
 fn setup() -> (tempfile::TempDir, Registry, WorkspaceResult) {
@@ -33,7 +34,7 @@ fn plain(ws: &str) -> CaptureRequest {
 
 fn captured_files(reply: CaptureReply) -> u64 {
     match reply {
-        CaptureReply::Captured { result } => result["files"].as_u64().unwrap(),
+        CaptureReply::Captured { result } => result.files,
         other => panic!("not captured: {other:?}"),
     }
 }
@@ -92,7 +93,10 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
     let (_tmp, reg, ws) = setup();
     let service = WatchService::start(&reg, &ws.workspace_id).unwrap();
     let bad_parent = CaptureRequest {
-        parent: Some("cp_000000000000000000000000".into()),
+        spec: CaptureSpec {
+            parent: Some("cp_000000000000000000000000".into()),
+            ..Default::default()
+        },
         ..plain(&ws.workspace_id)
     };
     match watch_service::capture(&reg, &bad_parent, None) {
@@ -107,12 +111,13 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
     let first = watch_service::capture(&reg, &keyed, None);
     let CaptureReply::Keyed {
         envelope,
-        failed: false,
+        message: None,
     } = &first
     else {
         panic!("{first:?}")
     };
-    assert_eq!(envelope["result"]["replayed"], false);
+    assert!(envelope.error.is_none(), "{envelope:?}");
+    assert!(!envelope.result.replayed);
     assert!(
         service.is_watching(),
         "the keyed capture did not use the service"
@@ -124,11 +129,9 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
     else {
         panic!()
     };
-    assert_eq!(again["result"]["replayed"], true);
-    assert_eq!(
-        again["result"]["checkpoint"],
-        envelope["result"]["checkpoint"]
-    );
+    assert!(again.result.replayed);
+    assert!(envelope.result.checkpoint.is_some());
+    assert_eq!(again.result.checkpoint, envelope.result.checkpoint);
     // A workspace no service watches is looked up here, and refused.
     match watch_service::capture(&reg, &plain("ws_0000000000000000"), None) {
         CaptureReply::Refused { code, .. } => assert_eq!(code, "not_found"),

@@ -25,6 +25,8 @@ mod produce;
 
 pub(crate) use admit::{admit, RetentionCaps};
 
+use serde::{Deserialize, Serialize};
+
 use crate::archive::ArchiveLimits;
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, summaries, CheckpointResult, FileProps, Summary};
@@ -39,9 +41,11 @@ use crate::statcache::{FileStamp, StatCache};
 use crate::watch::TreeWatch;
 use phases::Capture;
 
-/// Options of a capture.
-#[derive(Default)]
-pub struct CaptureOptions<'a> {
+/// What to capture, as every caller states it (CLI, watch service, MCP,
+/// keyed captures): the options a checkpoint's content depends on. A keyed
+/// capture's request digest covers exactly these.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CaptureSpec {
     /// Parent checkpoint to record (must belong to the same workspace).
     pub parent: Option<String>,
     /// Per-capture byte cap (0 = none; the archive default for a portable
@@ -52,10 +56,35 @@ pub struct CaptureOptions<'a> {
     pub max_files: u64,
     /// Capture sensitive-looking paths instead of excluding them.
     pub include_sensitive: bool,
-    /// Capture what `.stowignore` would keep out, too.
-    pub no_ignore: bool,
     /// Portable (v2): capture the workspace bucket's objects and buckets too.
     pub portable: bool,
+    /// Capture what `.stowignore` would keep out, too.
+    pub no_ignore: bool,
+}
+
+impl CaptureSpec {
+    /// The per-capture byte and file caps in force: a portable capture
+    /// always applies the archive bounds (its 0s are their defaults), so
+    /// it can be exported; a plain one applies only what it was given
+    /// (0 = none).
+    pub(crate) fn bounds(&self) -> (u64, u64) {
+        if self.portable {
+            let l = ArchiveLimits {
+                max_bytes: self.max_bytes,
+                max_files: self.max_files,
+            };
+            (l.effective_bytes(), l.effective_files())
+        } else {
+            (self.max_bytes, self.max_files)
+        }
+    }
+}
+
+/// How one capture runs: what to capture, and the process's part in it.
+#[derive(Default)]
+pub struct CaptureOptions<'a> {
+    /// What to capture.
+    pub spec: CaptureSpec,
     /// Stop with `cancelled` (nothing published) once this instant has
     /// passed before the checkpoint is published.
     pub deadline: Option<std::time::Instant>,
@@ -67,21 +96,6 @@ pub struct CaptureOptions<'a> {
     /// Test hook run after payloads are copied and before the re-scan.
     #[doc(hidden)]
     pub after_copy: Option<&'a (dyn Fn() + Sync)>,
-}
-
-/// The per-capture byte and file caps in force: a portable capture always
-/// applies the archive bounds (its 0s are their defaults), so it can be
-/// exported; a plain one applies only what it was given (0 = none).
-pub(crate) fn capture_bounds(portable: bool, max_bytes: u64, max_files: u64) -> (u64, u64) {
-    if portable {
-        let l = ArchiveLimits {
-            max_bytes,
-            max_files,
-        };
-        (l.effective_bytes(), l.effective_files())
-    } else {
-        (max_bytes, max_files)
-    }
 }
 
 /// Captures workspace `ws` into a new checkpoint.
@@ -108,7 +122,7 @@ pub(crate) fn capture_locked(
     receipt: Option<Vec<u8>>,
 ) -> Result<CheckpointResult> {
     let ws = rec.id.as_str();
-    if let Some(parent) = &opts.parent {
+    if let Some(parent) = &opts.spec.parent {
         check_checkpoint_id(parent).map_err(|e| WsError::InvalidParent(e.to_string()))?;
         check_belongs(registry, parent, ws).map_err(|e| WsError::InvalidParent(e.to_string()))?;
     }
@@ -118,15 +132,15 @@ pub(crate) fn capture_locked(
             rec.dir.display()
         )));
     }
-    let rules = if opts.no_ignore {
+    let rules = if opts.spec.no_ignore {
         None
     } else {
         crate::ignorefile::load(&rec.dir)?
     };
     let key = CaptureKey {
-        include_sensitive: opts.include_sensitive,
-        no_ignore: opts.no_ignore,
-        portable: opts.portable,
+        include_sensitive: opts.spec.include_sensitive,
+        no_ignore: opts.spec.no_ignore,
+        portable: opts.spec.portable,
     };
     let mut clock = PhaseClock::start("capture");
     let read = read_tree(registry, rec, opts, rules.as_ref(), key)?;
@@ -214,7 +228,7 @@ fn read_tree(
     let (before, cache, retained) = std::thread::scope(|s| {
         let cache = s.spawn(|| StatCache::load(&cache_file));
         let retained = s.spawn(|| summaries(registry));
-        let before = scan(&rec.dir, opts.include_sensitive, rules, watch.as_ref());
+        let before = scan(&rec.dir, opts.spec.include_sensitive, rules, watch.as_ref());
         (
             before,
             cache.join().unwrap_or_default(),

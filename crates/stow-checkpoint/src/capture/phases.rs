@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use super::admit::{admit, RetentionCaps};
 use super::produce::{cache_entries, cached_digests, produce_all, Produced, StageDirs};
-use super::{capture_bounds, panicked, CaptureOptions, Committed, Left, Outcome, Reuse};
+use super::{panicked, CaptureOptions, Committed, Left, Outcome, Reuse};
 use crate::blobs::{blob_ok, discard_pairs, stage_bytes, stage_known, Payload};
 use crate::error::{Result, WsError};
 use crate::format::{CheckpointResult, Ignored, ManifestView, ObjectEntry, Summary};
@@ -144,8 +144,9 @@ impl Capture<'_> {
     /// copying).
     fn snapshot(&self) -> Result<Option<ObjectSnapshot>> {
         let (rec, opts) = (self.rec, self.opts);
-        opts.portable
-            .then(|| snapshot_objects(&rec.dir, &rec.bucket, opts.include_sensitive))
+        opts.spec
+            .portable
+            .then(|| snapshot_objects(&rec.dir, &rec.bucket, opts.spec.include_sensitive))
             .transpose()
     }
 
@@ -160,8 +161,7 @@ impl Capture<'_> {
         });
         let files = self.before.files.len() as u64;
         let bytes = self.before.files.iter().map(|f| f.size).sum::<u64>() + object_bytes;
-        let (max_bytes, max_files) =
-            capture_bounds(self.opts.portable, self.opts.max_bytes, self.opts.max_files);
+        let (max_bytes, max_files) = self.opts.spec.bounds();
         if max_files > 0 && files + object_count > max_files {
             return Err(WsError::CapacityExceeded(format!(
                 "{} files and objects exceed the per-capture limit of {max_files}",
@@ -217,7 +217,7 @@ impl Capture<'_> {
             return Err((e, Left::Nothing));
         }
         let changes = self.watch.map_or(Changes::Unknown, |w| {
-            w.changes(self.opts.include_sensitive, self.rules)
+            w.changes(self.opts.spec.include_sensitive, self.rules)
         });
         let left = self.keep_progress(&partial.digests, changes, old_nodes);
         Err((e, left))
@@ -341,7 +341,7 @@ impl Capture<'_> {
                 version: 1,
                 id: self.id.to_string(),
                 workspace_id: self.rec.id.clone(),
-                parent_id: self.opts.parent.clone(),
+                parent_id: self.opts.spec.parent.clone(),
                 created: created.clone(),
                 files: totals.files,
                 bytes: totals.bytes,
@@ -380,7 +380,7 @@ impl Capture<'_> {
             version: if objects.is_some() { 2 } else { 1 },
             id: self.id,
             workspace_id: &self.rec.id,
-            parent_id: opts.parent.as_deref(),
+            parent_id: opts.spec.parent.as_deref(),
             created: &a.created,
             tree: &a.tree_root,
             excluded: &a.excluded,
@@ -424,7 +424,7 @@ impl Capture<'_> {
             let check = tree_changes(
                 &self.rec.dir,
                 before,
-                opts.include_sensitive,
+                opts.spec.include_sensitive,
                 self.rules,
                 self.watch,
             )
@@ -507,12 +507,12 @@ impl Capture<'_> {
             version: 1,
             checkpoint_id: self.id.to_string(),
             workspace_id: self.rec.id.clone(),
-            parent_checkpoint_id: opts.parent.clone(),
+            parent_checkpoint_id: opts.spec.parent.clone(),
             created: assembled.created,
             files: totals.files,
             bytes: totals.bytes,
             stored_bytes,
-            objects: opts.portable.then_some(totals.objects),
+            objects: opts.spec.portable.then_some(totals.objects),
             excluded_sensitive_paths: assembled.excluded,
             links: before.links.len() as u64,
             skipped: before.skipped.clone(),

@@ -28,10 +28,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::WsError;
-use crate::keyed::{keyed_capture, KeyedRequest};
+use crate::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
 use crate::progress::Progress;
 use crate::registry::Registry;
-use crate::{CaptureOptions, TreeMonitor};
+use crate::{CaptureOptions, CaptureSpec, CheckpointResult, TreeMonitor};
 
 pub use service::WatchService;
 
@@ -46,30 +46,27 @@ const MAX_REQUEST_BYTES: u64 = 64 << 10;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CaptureRequest {
     pub workspace_id: String,
-    pub parent: Option<String>,
-    /// Per-capture byte cap (0 = none).
-    pub max_bytes: u64,
-    /// Per-capture file cap (0 = none).
-    pub max_files: u64,
-    pub include_sensitive: bool,
-    pub portable: bool,
-    pub no_ignore: bool,
+    /// What to capture (its members travel at the top level of a request).
+    #[serde(flatten)]
+    pub spec: CaptureSpec,
     pub request_key: Option<String>,
     pub resolve: bool,
     /// Deadline of a keyed capture, in nanoseconds.
     pub timeout_nanos: u64,
 }
 
-/// What a capture answers, in the form the CLI prints.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// What a capture answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum CaptureReply {
     /// A plain capture's result.
-    Captured { result: serde_json::Value },
-    /// A keyed capture's envelope; `failed` when it carries an error.
+    Captured { result: CheckpointResult },
+    /// A keyed capture's envelope (it may carry an error), with the
+    /// error's human message (which the envelope's JSON leaves out).
     Keyed {
-        envelope: serde_json::Value,
-        failed: bool,
+        envelope: KeyedEnvelope,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// A plain capture refused (or failed) with this code.
     Refused { code: String, message: String },
@@ -105,43 +102,21 @@ impl CaptureRequest {
                     request_key: self.request_key.as_deref().unwrap_or(""),
                     resolve: self.resolve,
                     timeout: Duration::from_nanos(self.timeout_nanos),
-                    parent: self.parent.clone(),
-                    max_bytes: self.max_bytes,
-                    max_files: self.max_files,
-                    include_sensitive: self.include_sensitive,
-                    portable: self.portable,
-                    no_ignore: self.no_ignore,
+                    spec: self.spec.clone(),
                     monitor,
                 },
             );
-            let failed = envelope.error.is_some();
-            return match serde_json::to_value(&envelope) {
-                Ok(envelope) => CaptureReply::Keyed { envelope, failed },
-                Err(e) => CaptureReply::Refused {
-                    code: "internal".into(),
-                    message: format!("encode the envelope: {e}"),
-                },
-            };
+            let message = envelope.error.as_ref().map(|e| e.message.clone());
+            return CaptureReply::Keyed { envelope, message };
         }
         let opts = CaptureOptions {
-            parent: self.parent.clone(),
-            max_bytes: self.max_bytes,
-            max_files: self.max_files,
-            include_sensitive: self.include_sensitive,
-            no_ignore: self.no_ignore,
-            portable: self.portable,
+            spec: self.spec.clone(),
             progress,
             monitor,
             ..CaptureOptions::default()
         };
         match crate::capture(registry, &self.workspace_id, &opts) {
-            Ok(result) => match serde_json::to_value(&result) {
-                Ok(result) => CaptureReply::Captured { result },
-                Err(e) => CaptureReply::Refused {
-                    code: "internal".into(),
-                    message: format!("encode the result: {e}"),
-                },
-            },
+            Ok(result) => CaptureReply::Captured { result },
             Err(e) => CaptureReply::refused(&e),
         }
     }
@@ -155,7 +130,7 @@ pub fn capture(
     progress: Option<&dyn Progress>,
 ) -> CaptureReply {
     match through_service(registry, req) {
-        Delivery::Answered(reply) => reply,
+        Delivery::Answered(reply) => *reply,
         Delivery::Untaken => req.run(registry, None, progress),
         Delivery::Lost if req.is_keyed() => req.run(registry, None, progress),
         Delivery::Lost => CaptureReply::Refused {
@@ -171,7 +146,7 @@ pub fn capture(
 
 /// Where a request sent to a service ended.
 enum Delivery {
-    Answered(CaptureReply),
+    Answered(Box<CaptureReply>),
     /// No service took the request: nothing was done.
     Untaken,
     /// The service took the request and gave no answer.
@@ -220,7 +195,7 @@ fn through_service(registry: &Registry, req: &CaptureRequest) -> Delivery {
     let mut answer = String::new();
     match BufReader::new(stream).read_line(&mut answer) {
         Ok(n) if n > 0 => match serde_json::from_str::<ReplyEnvelope>(&answer) {
-            Ok(r) if r.version == PROTOCOL_VERSION => Delivery::Answered(r.reply),
+            Ok(r) if r.version == PROTOCOL_VERSION => Delivery::Answered(Box::new(r.reply)),
             _ => Delivery::Lost,
         },
         _ => Delivery::Lost,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use stow_checkpoint::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
-use stow_checkpoint::{self as checkpoint, CheckpointManifest, TreeMonitor};
+use stow_checkpoint::{self as checkpoint, CaptureSpec, CheckpointManifest, TreeMonitor};
 use stow_checkpoint::{archive::ArchiveLimits, WsError};
 use stow_workspace::bundle;
 use stow_workspace::handoff::AdoptOptions;
@@ -205,17 +205,19 @@ impl WorkspaceCore {
             .unwrap_or_else(|e| e.into_inner())
             .for_capture(&a.workspace_id);
         let req = KeyedRequest {
+            spec: CaptureSpec {
+                parent: a.parent_id.filter(|p| !p.is_empty()),
+                max_bytes,
+                max_files,
+                include_sensitive: false,
+                portable: true,
+                no_ignore: false,
+            },
             monitor: Some(&monitor),
             workspace_id: &a.workspace_id,
             request_key: &a.request_key,
             resolve,
             timeout: self.settings.timeout,
-            parent: a.parent_id.filter(|p| !p.is_empty()),
-            max_bytes,
-            max_files,
-            include_sensitive: false,
-            portable: true,
-            no_ignore: false,
         };
         capture_envelope(keyed_capture(&self.settings.registry, &req))
     }
@@ -518,7 +520,8 @@ fn capture_envelope(k: KeyedEnvelope) -> WsEnvelope {
         .error
         .as_ref()
         .map(|e| e.outcome)
-        .unwrap_or(k.result.outcome);
+        .unwrap_or(k.result.outcome)
+        .as_str();
     let mut env = WsEnvelope::new(outcome);
     let checkpoint = k
         .result
@@ -541,7 +544,7 @@ fn capture_envelope(k: KeyedEnvelope) -> WsEnvelope {
     env.capture = Some(CaptureView {
         checkpoint,
         replayed: k.result.replayed,
-        outcome: k.result.outcome,
+        outcome: k.result.outcome.as_str(),
     });
     env.error = k.error.map(|e| super::envelope::ErrorView {
         code: e.code.to_string(),
