@@ -1,4 +1,4 @@
-//! The version-1 object result envelope (seed 000, "Save and recovery
+//! The version-1 object result envelope ("Save and recovery
 //! results"), its error codes, and the one place where store errors become
 //! MCP codes and effect outcomes.
 
@@ -44,7 +44,7 @@ impl Kind {
     }
 }
 
-/// Stable machine codes of object tool errors (spec/mcp.md §4.3).
+/// Stable machine codes of object tool errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     /// Malformed input (key, request key, guard choice, base64).

@@ -6,7 +6,7 @@
 //! resolution after a lost reply or restart, token release and capability
 //! inspection; with `--browser` also a read-only bucket browser (an MCP
 //! Apps UI, mentions, and object resources). Tool names, descriptions and
-//! schemas are seed 000's, verbatim.
+//! schemas are those of `object_tools.json` and `workspace_tools.json`, verbatim.
 //!
 //! The **workspace profile** (`stow-s3 mcp --registry-dir R --workspace-id
 //! W --timeout D`, [`workspace`]) exposes keyed portable checkpoints of one

@@ -1,7 +1,7 @@
-//! The object tools' definitions (seed 000, verbatim) and input validation.
+//! The object tools' definitions (`object_tools.json`, verbatim) and input validation.
 //!
 //! The names, descriptions and input/output JSON Schemas come from
-//! `object_tools.json`, extracted verbatim from seed 000; a test compares
+//! `object_tools.json`, the product documents' definitions verbatim; a test compares
 //! them to the seed. rmcp validates tool arguments only on its HTTP
 //! transport, so this module validates them itself, after the admission
 //! checks (which must run on the raw arguments first). The validator
@@ -14,10 +14,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// The tool definitions file, verbatim from seed 000.
+/// The tool definitions file, verbatim from the product documents.
 const OBJECT_TOOLS: &str = include_str!("object_tools.json");
 
-/// One tool as seed 000 defines it.
+/// One tool as the definitions file has it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ToolDef {
     pub name: String,
@@ -28,7 +28,7 @@ pub struct ToolDef {
     pub output_schema: Arc<Map<String, Value>>,
 }
 
-/// The workspace tools definitions file, verbatim from seed 000.
+/// The workspace tools definitions file, verbatim from the product documents.
 const WORKSPACE_TOOLS: &str = include_str!("workspace_tools.json");
 
 /// The workspace tools: inspect, create, resolve, checkpoint inspect, diff,

@@ -2,7 +2,7 @@
 //! implemented with `object_store` (SigV4, retries with exponential
 //! backoff, create-only puts, multipart), TLS by rustls with the ring
 //! provider. This crate holds no checkpoint logic: it moves bytes and
-//! classifies failures; push and pull live in `stow-workspace`.
+//! classifies failures; push and pull live in `stow-checkpoint`.
 
 mod credentials;
 mod errors;

@@ -1,4 +1,4 @@
-//! Git inputs through the system `git` with a sanitized environment (D5):
+//! Git inputs through the system `git` with a sanitized environment (ARCHITECTURE.md, "Git inputs"):
 //! no system or global config, no prompts, no LFS smudge, hooks disabled.
 
 use std::path::{Path, PathBuf};

@@ -47,7 +47,7 @@ pub struct RepositorySpec {
     pub reference: String,
 }
 
-/// The version-1 task manifest, as written by users (seed 002).
+/// The version-1 task manifest, as written by users.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskManifest {

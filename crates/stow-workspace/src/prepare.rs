@@ -70,7 +70,7 @@ pub struct Capabilities {
     pub registry_bound: RegistryBound,
 }
 
-/// The launch descriptor of prepare, resume and restore (workspace.md §4.3).
+/// The launch descriptor of prepare, resume and restore.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkspaceResult {
     pub version: u32,

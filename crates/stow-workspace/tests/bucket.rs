@@ -1,4 +1,4 @@
-//! The workspace bucket view (D4) and portable (v2) checkpoints.
+//! The workspace bucket view (ARCHITECTURE.md, "Workspace view writes") and portable (v2) checkpoints.
 
 use std::fs;
 use std::io::Read as _;

@@ -1,4 +1,4 @@
-//! Keyed capture and resolution: outcomes and error objects (§8.5).
+//! Keyed capture and resolution: outcomes and error objects.
 
 use std::fs;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Prepare: every manifest rejection of workspace.md §3 (each asserting that
+//! Prepare: every manifest rejection (each asserting that
 //! nothing was created), git inputs, limits and registry bounds.
 
 use std::collections::BTreeMap;
@@ -333,7 +333,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// `base_identity` as workspace.md §4.2 defines it, computed here without
+/// `base_identity` as the README defines it, computed here without
 /// the library: regular files in lexical order per directory, root-level
 /// `.stow` and `.git` anywhere skipped; path, NUL, bytes, NUL.
 fn reference_identity(root: &Path) -> String {

@@ -1,4 +1,4 @@
-//! Deltas (seed 002 "Deltas"): the changes from one checkpoint of a
+//! Deltas: the changes from one checkpoint of a
 //! workspace to another, with the target's bytes, as one JSON document
 //! that `apply` turns into a new checkpoint on top of the named base.
 //!

@@ -1,4 +1,4 @@
-//! The workspace profile's result envelope (seed 000's output schema,
+//! The workspace profile's result envelope (the output schema in `workspace_tools.json`,
 //! shared by all seven tools) and its error object.
 
 use serde::Serialize;

@@ -1,6 +1,6 @@
 //! The workspace profile (`stow-s3 mcp --registry-dir R --workspace-id W
 //! --timeout D`): checkpoints of one workspace and handoff bundles for an
-//! agent host. Tool names, descriptions and schemas are seed 000's,
+//! agent host. Tool names, descriptions and schemas are `workspace_tools.json`'s,
 //! verbatim; every storage decision is `stow-workspace`'s.
 
 mod config;

@@ -1,4 +1,4 @@
-//! Transfer archives (seed 002 "Transfer archives"): one checkpoint as a
+//! Transfer archives: one checkpoint as a
 //! gzip tar that moves between registries and machines.
 //!
 //! Layout: entry 1 is `manifest.json`, compact JSON `{"format_version",
