@@ -75,6 +75,7 @@ pub fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Result<()>
             any = true;
         }
     }
+    crate::history::forget(registry, ws);
     let _ = fs::remove_file(cache_path(registry, ws));
     let _ = fs::remove_file(legacy_cache_path(registry, ws));
     let _ = fs::remove_file(

@@ -59,6 +59,8 @@ pub(crate) struct ManifestView<'a> {
     pub(super) objects: &'a [ObjectEntry],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) ignored: Option<&'a Ignored>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) message: Option<&'a str>,
 }
 
 /// `manifest.json` as stored: either layout. The flat one (every
@@ -94,6 +96,8 @@ struct StoredManifest {
     skipped: Vec<SkippedEntry>,
     #[serde(default)]
     ignored: Option<Ignored>,
+    #[serde(default)]
+    message: Option<String>,
 }
 
 /// A captured symbolic link: its path and target text, never what it
@@ -181,6 +185,9 @@ pub struct CheckpointManifest {
     /// Paths `.stowignore` kept out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignored: Option<Ignored>,
+    /// The message given with the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One captured object of a portable (v2) checkpoint.
@@ -210,6 +217,57 @@ pub struct Summary {
     pub created: String,
     pub files: u64,
     pub bytes: u64,
+    /// The message given with the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// How the checkpoint came into this registry (absent: a capture made
+    /// before origins were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// How a checkpoint came into a registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A capture of the workspace's tree.
+    Capture,
+    /// Imported from a transfer archive (also adopt).
+    Import,
+    /// Made by applying a delta.
+    Apply,
+    /// Pulled from a remote.
+    Pull,
+    /// The capture a rewind takes before it changes the tree.
+    Rewind,
+}
+
+impl Origin {
+    /// Whether a checkpoint of this origin is the tree as it was when it
+    /// was published (so the workspace's head moves to it).
+    pub fn is_of_the_tree(self) -> bool {
+        matches!(self, Origin::Capture | Origin::Rewind)
+    }
+}
+
+/// Longest checkpoint message, in bytes of UTF-8.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// Refuses a checkpoint message over [`MAX_MESSAGE_BYTES`] or holding a
+/// NUL (UTF-8 is the type's own guarantee).
+pub fn check_message(message: &str) -> Result<()> {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(WsError::InvalidRequest(format!(
+            "a checkpoint message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
+            message.len()
+        )));
+    }
+    if message.contains('\0') {
+        return Err(WsError::InvalidRequest(
+            "a checkpoint message may not hold NUL characters".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl CheckpointManifest {
@@ -228,7 +286,7 @@ impl CheckpointManifest {
 impl Summary {
     /// The summary of a validated manifest from outside (import, pull):
     /// its bytes are the files' and the objects'.
-    pub(crate) fn of_outside(m: &CheckpointManifest) -> Summary {
+    pub(crate) fn of_outside(m: &CheckpointManifest, origin: Origin) -> Summary {
         Summary {
             version: 1,
             id: m.id.clone(),
@@ -237,6 +295,8 @@ impl Summary {
             created: m.created.clone(),
             files: m.files.len() as u64,
             bytes: m.payload_bytes(),
+            message: m.message.clone(),
+            origin: Some(origin),
         }
     }
 }
@@ -271,6 +331,9 @@ pub struct CheckpointResult {
     /// Paths `.stowignore` kept out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ignored: Option<Ignored>,
+    /// The message given with the checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -300,6 +363,7 @@ impl CheckpointResult {
             links: m.links.len() as u64,
             skipped: m.skipped.clone(),
             ignored: m.ignored.clone(),
+            message: m.message.clone(),
         }
     }
 }
@@ -390,6 +454,7 @@ pub(crate) fn load_manifest_with_nodes(
         links,
         skipped,
         ignored: s.ignored,
+        message: s.message,
     };
     let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
     let consistent = match m.version {
@@ -563,6 +628,7 @@ mod tests {
                 buckets: if portable { &buckets } else { &[] },
                 objects: &objects,
                 ignored: ignored.as_ref(),
+                message: None,
             };
             let dir = checkpoints_dir(&registry).join(&id);
             fs::create_dir_all(&dir).unwrap();
@@ -604,6 +670,7 @@ mod tests {
                 links: links.clone(),
                 skipped: skipped.clone(),
                 ignored: ignored.clone(),
+                message: None,
             };
             let (loaded, nodes) = load_manifest_with_nodes(&registry, &id).unwrap();
             let enc = |v: &dyn erased::Ser| String::from_utf8(v.bytes().unwrap()).unwrap();

@@ -143,6 +143,9 @@ fn options_digest(req: &KeyedRequest) -> String {
     if spec.no_ignore {
         opts["no_ignore"] = serde_json::Value::Bool(true);
     }
+    if let Some(message) = &spec.message {
+        opts["message"] = serde_json::Value::String(message.clone());
+    }
     hex(&Sha256::digest(opts.to_string().as_bytes()))
 }
 

@@ -66,6 +66,7 @@ mod delete;
 mod diff;
 mod format;
 mod gc;
+pub mod history;
 mod materialize;
 mod objects;
 mod publish;
@@ -80,8 +81,9 @@ pub use diff::{
     diff, diff_files, diff_links, BucketChange, Change, DiffResult, Kind, LinkChange, ObjectChange,
 };
 pub use format::{
-    check_belongs, load_manifest, registry_usage, summaries, CheckpointManifest, CheckpointResult,
-    DirectoryEntry, FileEntry, Ignored, LinkEntry, ObjectEntry, SkippedEntry, Summary,
+    check_belongs, check_message, load_manifest, registry_usage, summaries, CheckpointManifest,
+    CheckpointResult, DirectoryEntry, FileEntry, Ignored, LinkEntry, ObjectEntry, Origin,
+    SkippedEntry, Summary, MAX_MESSAGE_BYTES,
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;

@@ -139,6 +139,8 @@ impl StagedCheckpoint {
 /// [`Pending::commit`] runs first).
 pub(crate) struct Pending {
     stage: StagedCheckpoint,
+    /// Recorded in the workspace's history just before publication.
+    summary: Summary,
     syncfs_first: bool,
     /// Bytes newly stored in the blob store.
     pub stored_bytes: u64,
@@ -178,6 +180,7 @@ pub(crate) fn prepare(
     match named {
         Ok(stored_bytes) => Ok(Pending {
             stage,
+            summary: summary.clone(),
             syncfs_first: many_blobs,
             stored_bytes,
         }),
@@ -227,6 +230,12 @@ impl Pending {
         id: &str,
         after_flush: &(dyn Fn() + Sync),
     ) -> Result<()> {
+        // Durable before the checkpoint is visible: the history never
+        // misses a published checkpoint (see `history`).
+        if let Err(e) = crate::history::record_published(registry, &self.summary) {
+            self.stage.discard();
+            return Err(e);
+        }
         self.stage
             .commit(registry, id, self.syncfs_first, after_flush)
     }

@@ -73,6 +73,14 @@ pub struct Record {
     pub max_checkpoints: u64,
     /// Stow created the directory (only owned workspaces are ever deleted).
     pub owned: bool,
+    /// Captures also leave out what git ignores in the tree (attached
+    /// workspaces, unless attached with `--no-gitignore`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gitignore: bool,
+    /// An existing directory registered in place (`workspace attach`):
+    /// its captures continue its history from the head by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached: bool,
 }
 
 /// Standing registry policy (0 = unlimited).

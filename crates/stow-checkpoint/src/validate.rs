@@ -28,6 +28,9 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
         }
     }
     check_checkpoint_id(&m.id).map_err(|e| e.to_string())?;
+    if let Some(message) = &m.message {
+        crate::format::check_message(message).map_err(|e| e.to_string())?;
+    }
     crate::paths::check_workspace_id(&m.workspace_id).map_err(|e| e.to_string())?;
     if let Some(p) = &m.parent_id {
         check_checkpoint_id(p).map_err(|e| format!("parent: {e}"))?;

@@ -62,6 +62,9 @@ pub struct CliError {
     pub message: String,
     #[serde(skip)]
     pub document: Option<serde_json::Value>,
+    /// A usage error (exit 2), like clap's own.
+    #[serde(skip)]
+    pub usage: bool,
 }
 
 impl CliError {
@@ -71,6 +74,15 @@ impl CliError {
             code: code.into(),
             message: message.into(),
             document: None,
+            usage: false,
+        }
+    }
+
+    /// A usage error: printed like any refusal (code `usage`), exit 2.
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError {
+            usage: true,
+            ..CliError::new("usage", message)
         }
     }
 }
@@ -179,7 +191,7 @@ fn main() -> ExitCode {
                 Some(document) => print_json(document),
                 None => print_json(&serde_json::json!({ "error": err })),
             }
-            ExitCode::from(1)
+            ExitCode::from(if err.usage { 2 } else { 1 })
         }
     }
 }

@@ -39,6 +39,31 @@ impl RegistryArgs {
     pub(crate) fn open(&self) -> Result<Registry, WsError> {
         Registry::resolve(self.registry_dir.as_deref(), self.team.as_deref())
     }
+
+    /// The workspace a verb acts on and its partition: `--id` when given,
+    /// else the workspace holding the current directory (the nearest
+    /// ancestor with a workspace identity), whose identity names its
+    /// registry and team unless `--registry-dir`/`--team` say otherwise.
+    pub(crate) fn workspace(&self, id: Option<String>) -> Result<(String, Registry), CliError> {
+        if let Some(id) = id {
+            return Ok((id, self.open()?));
+        }
+        let cwd = std::env::current_dir()
+            .map_err(|e| CliError::new("io_failure", format!("current directory: {e}")))?;
+        let Some((_, ident)) = stow_workspace::find_workspace(&cwd) else {
+            return Err(CliError::usage(format!(
+                "no --id given and no workspace at or above {}; run `stow-s3 workspace attach` \
+                 there to make it one, or pass --id",
+                cwd.display()
+            )));
+        };
+        let registry = if self.registry_dir.is_some() || self.team.is_some() {
+            self.open()?
+        } else {
+            Registry::resolve(ident.registry_dir.as_deref(), ident.team.as_deref())?
+        };
+        Ok((ident.workspace_id, registry))
+    }
 }
 
 /// Bounds and the sensitive-path opt-in of the transfer verbs.
@@ -231,8 +256,12 @@ pub enum WorkspaceCommand {
     },
     /// Capture the workspace's files into an immutable checkpoint.
     Checkpoint {
+        /// The workspace (default: the one holding the current directory).
         #[arg(long)]
-        id: String,
+        id: Option<String>,
+        /// A message stored with the checkpoint (at most 4 KiB of UTF-8).
+        #[arg(long)]
+        message: Option<String>,
         /// Parent checkpoint to record.
         #[arg(long)]
         parent: Option<String>,
@@ -267,8 +296,9 @@ pub enum WorkspaceCommand {
     /// checkpoint` then reads only what changed. Prints one JSON line when
     /// ready; runs until SIGINT or SIGTERM.
     Watch {
+        /// The workspace (default: the one holding the current directory).
         #[arg(long)]
-        id: String,
+        id: Option<String>,
         /// Stop (as on SIGTERM) when this process, which must be the
         /// parent, exits.
         #[arg(long)]
@@ -312,6 +342,53 @@ pub enum WorkspaceCommand {
     Destroy {
         #[arg(long)]
         id: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Register an existing directory (default: the current one) as a
+    /// workspace, in place: nothing is copied; only DIR/.stow is written.
+    Attach {
+        /// The directory to attach (default: the current one).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// TTL in seconds (informational: attached workspaces are never collected).
+        #[arg(long, default_value_t = 0)]
+        ttl_seconds: u64,
+        /// The bucket view's byte quota (default 64 MiB).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// The bucket view's object quota (default 10,000).
+        #[arg(long, default_value_t = 0)]
+        max_objects: u64,
+        /// Capture what git ignores too (default: leave it out, as git does).
+        #[arg(long)]
+        no_gitignore: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Forget an attached workspace: its record, its .stow and (unless
+    /// kept) its checkpoints; nothing else in the tree is touched.
+    Detach {
+        /// The workspace (default: the one holding the current directory).
+        #[arg(long)]
+        id: Option<String>,
+        /// Keep its checkpoints in the registry.
+        #[arg(long)]
+        keep_checkpoints: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// The workspace's checkpoints, newest first, with messages and its head.
+    Log {
+        /// The workspace (default: the one holding the current directory).
+        #[arg(long)]
+        id: Option<String>,
+        /// Checkpoints per page (1 to 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -366,9 +443,8 @@ fn captured(reply: CaptureReply) -> Result<serde_json::Value, CliError> {
         CaptureReply::Keyed { envelope, message } => match &envelope.error {
             None => json(&envelope),
             Some(e) => Err(CliError {
-                code: e.code.clone(),
-                message: message.unwrap_or_default(),
                 document: Some(json(&envelope)?),
+                ..CliError::new(e.code.clone(), message.unwrap_or_default())
             }),
         },
         CaptureReply::Refused { code, message } => Err(CliError::new(code, message)),
@@ -454,6 +530,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
         }
         C::Checkpoint {
             id,
+            message,
             parent,
             max_bytes,
             max_files,
@@ -465,8 +542,10 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             timeout,
             registry,
         } => {
+            let (id, registry) = registry.workspace(id)?;
             let req = CaptureRequest {
                 spec: CaptureSpec {
+                    message,
                     parent,
                     max_bytes,
                     max_files,
@@ -484,13 +563,64 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             };
             let bar = TerminalBar::for_stderr();
             let progress = bar.as_ref().map(|b| b as &dyn Progress);
-            captured(watch_service::capture(&registry.open()?, &req, progress))
+            captured(watch_service::capture(&registry, &req, progress))
         }
         C::Watch {
             id,
             parent_pid,
             registry,
-        } => crate::watch::run(&registry.open()?, &id, parent_pid),
+        } => {
+            let (id, registry) = registry.workspace(id)?;
+            crate::watch::run(&registry, &id, parent_pid)
+        }
+        C::Attach {
+            root,
+            ttl_seconds,
+            max_bytes,
+            max_objects,
+            no_gitignore,
+            registry,
+        } => {
+            let root = match root {
+                Some(r) => r,
+                None => std::env::current_dir()
+                    .map_err(|e| CliError::new("io_failure", format!("current directory: {e}")))?,
+            };
+            let opts = stow_workspace::attach::AttachOptions {
+                root,
+                ttl_seconds,
+                max_bytes,
+                max_objects,
+                no_gitignore,
+            };
+            json(stow_workspace::attach::attach(&registry.open()?, &opts)?)
+        }
+        C::Detach {
+            id,
+            keep_checkpoints,
+            registry,
+        } => {
+            let (id, registry) = registry.workspace(id)?;
+            json(stow_workspace::attach::detach(
+                &registry,
+                &id,
+                keep_checkpoints,
+            )?)
+        }
+        C::Log {
+            id,
+            limit,
+            cursor,
+            registry,
+        } => {
+            let (id, registry) = registry.workspace(id)?;
+            json(stow_checkpoint::history::log(
+                &registry,
+                &id,
+                limit,
+                cursor.as_deref(),
+            )?)
+        }
         C::Adopt {
             handoff: doc,
             remote,

@@ -14,6 +14,7 @@
 //! is a typed `serde` struct the CLI prints as JSON.
 
 pub mod admin;
+pub mod attach;
 pub mod bundle;
 mod git;
 pub mod handoff;
@@ -24,7 +25,7 @@ pub mod restore;
 
 pub use manifest::{Plan, TaskManifest};
 pub use prepare::{
-    capabilities, claim_session, is_live, prepare, read_identity, Capabilities, CheckpointLimits,
-    Identity, RegistryBound, RepositoryResult, WorkspaceResult,
+    capabilities, claim_session, find_workspace, is_live, prepare, read_identity, Capabilities,
+    CheckpointLimits, Identity, RegistryBound, RepositoryResult, WorkspaceResult,
 };
 pub use stow_checkpoint::{Registry, Result, WsError};

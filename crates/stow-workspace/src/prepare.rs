@@ -112,11 +112,34 @@ pub struct Identity {
     /// restored) with, so opening it never has to walk the tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_identity: Option<String>,
+    /// The registry directory (partition base) holding the record, so a
+    /// command run inside the workspace needs no `--registry-dir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_dir: Option<PathBuf>,
+    /// The record's team partition, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+}
+
+/// The identity file of the workspace rooted at `root`.
+pub fn identity_path(root: &Path) -> PathBuf {
+    root.join(".stow").join("workspace.json")
+}
+
+/// The workspace whose root is `dir` or its nearest ancestor holding an
+/// identity: its root and identity.
+pub fn find_workspace(dir: &Path) -> Option<(PathBuf, Identity)> {
+    dir.ancestors().find_map(|d| {
+        identity_path(d)
+            .is_file()
+            .then(|| read_identity(d).ok().map(|i| (d.to_path_buf(), i)))
+            .flatten()
+    })
 }
 
 /// Reads a workspace's identity document.
 pub fn read_identity(root: &Path) -> Result<Identity> {
-    let path = root.join(".stow").join("workspace.json");
+    let path = identity_path(root);
     let bytes = fs::read(&path).map_err(|e| WsError::io_at("read workspace identity", &path, e))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| WsError::Corrupt(format!("workspace identity {}: {e}", path.display())))
@@ -136,6 +159,16 @@ pub(crate) fn record_base_identity(root: &Path, base_identity: &str) -> Result<(
     let mut ident = read_identity(root)?;
     ident.base_identity = Some(base_identity.to_string());
     write_identity(root, &ident)
+}
+
+/// The registry base directory an identity records: the partition's
+/// directory without its `teams/<team>` suffix.
+pub(crate) fn registry_base(registry: &Registry) -> Option<PathBuf> {
+    let dir = registry.dir();
+    match registry.team() {
+        Some(_) => dir.parent().and_then(Path::parent).map(Path::to_path_buf),
+        None => Some(dir.to_path_buf()),
+    }
 }
 
 /// Takes the session lock of a workspace, refusing when a live owner holds it.
@@ -258,6 +291,8 @@ fn prepare_created(
             created: created.clone(),
             owned: true,
             base_identity: None,
+            registry_dir: registry_base(registry),
+            team: registry.team().map(str::to_string),
         },
     )?;
     let _session = claim_session(root, id)?;
@@ -281,6 +316,8 @@ fn prepare_created(
         max_checkpoint_bytes: plan.max_checkpoint_bytes,
         max_checkpoints: plan.max_checkpoints,
         owned: true,
+        gitignore: false,
+        attached: false,
     };
     let count = {
         let _lock = registry.lock()?;

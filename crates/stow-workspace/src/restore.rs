@@ -9,8 +9,8 @@ use stow_store::{ObjectProps, PutOptions};
 
 use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::prepare::{
-    capabilities, claim_session, new_workspace_id, record_base_identity, write_identity, Identity,
-    RegistryBound, WorkspaceResult,
+    capabilities, claim_session, new_workspace_id, record_base_identity, registry_base,
+    write_identity, Identity, RegistryBound, WorkspaceResult,
 };
 use stow_checkpoint::bucket::WorkspaceBucket;
 use stow_checkpoint::fsutil::{absolute, now_rfc3339, random_hex};
@@ -104,6 +104,8 @@ pub(crate) fn restore_as(
         max_checkpoint_bytes: source.as_ref().map(|s| s.max_checkpoint_bytes).unwrap_or(0),
         max_checkpoints: source.as_ref().map(|s| s.max_checkpoints).unwrap_or(0),
         owned,
+        gitignore: false,
+        attached: false,
     };
     let run = || -> Result<WorkspaceResult> {
         write_identity(
@@ -115,6 +117,8 @@ pub(crate) fn restore_as(
                 created: created.clone(),
                 owned,
                 base_identity: None,
+                registry_dir: registry_base(registry),
+                team: registry.team().map(str::to_string),
             },
         )?;
         let _session = claim_session(&root, &ws)?;
@@ -162,6 +166,8 @@ pub(crate) fn restore_as(
             }
         }
         registry.put(&rec)?;
+        // The new workspace's tree is the checkpoint's.
+        stow_checkpoint::history::set_head(registry, &ws, &m.id)?;
         Ok(WorkspaceResult {
             version: 1,
             workspace_id: ws.clone(),

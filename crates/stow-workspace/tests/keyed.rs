@@ -17,6 +17,7 @@ fn req<'a>(ws: &'a str, key: &'a str) -> KeyedRequest<'a> {
             include_sensitive: false,
             portable: false,
             no_ignore: false,
+            message: None,
         },
         workspace_id: ws,
         request_key: key,

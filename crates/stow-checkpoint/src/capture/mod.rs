@@ -29,8 +29,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::archive::ArchiveLimits;
 use crate::error::{Result, WsError};
-use crate::format::{check_belongs, summaries, CheckpointResult, FileProps, Summary};
+use crate::format::{
+    check_belongs, check_message, summaries, CheckpointResult, FileProps, Origin, Summary,
+};
 use crate::fsutil::{create_private_dir, random_hex, FileLock};
+use crate::history;
 use crate::layout::{cache_path, now_ns, state};
 use crate::monitor::{CaptureKey, Kept, TreeMonitor};
 use crate::paths::check_checkpoint_id;
@@ -60,6 +63,10 @@ pub struct CaptureSpec {
     pub portable: bool,
     /// Capture what `.stowignore` would keep out, too.
     pub no_ignore: bool,
+    /// A message stored with the checkpoint (at most
+    /// [`crate::MAX_MESSAGE_BYTES`] of UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl CaptureSpec {
@@ -93,6 +100,9 @@ pub struct CaptureOptions<'a> {
     /// A long-lived server's watch over this workspace: captures then read
     /// only what changed since the last one (see `monitor`).
     pub monitor: Option<&'a TreeMonitor>,
+    /// How the checkpoint is recorded (`None`: a capture; a rewind's
+    /// capture says `Origin::Rewind`).
+    pub origin: Option<Origin>,
     /// Test hook run after payloads are copied and before the re-scan.
     #[doc(hidden)]
     pub after_copy: Option<&'a (dyn Fn() + Sync)>,
@@ -122,10 +132,25 @@ pub(crate) fn capture_locked(
     receipt: Option<Vec<u8>>,
 ) -> Result<CheckpointResult> {
     let ws = rec.id.as_str();
-    if let Some(parent) = &opts.spec.parent {
-        check_checkpoint_id(parent).map_err(|e| WsError::InvalidParent(e.to_string()))?;
-        check_belongs(registry, parent, ws).map_err(|e| WsError::InvalidParent(e.to_string()))?;
+    if let Some(message) = &opts.spec.message {
+        check_message(message)?;
     }
+    // An explicit parent must be this workspace's; without one, a capture
+    // of an attached workspace continues its history from the head (while
+    // the head is still there). (Prepared workspaces keep parentless
+    // captures: a checkpoint another names as parent cannot be deleted.)
+    let parent = match &opts.spec.parent {
+        Some(parent) => {
+            check_checkpoint_id(parent).map_err(|e| WsError::InvalidParent(e.to_string()))?;
+            check_belongs(registry, parent, ws)
+                .map_err(|e| WsError::InvalidParent(e.to_string()))?;
+            Some(parent.clone())
+        }
+        None if rec.attached => {
+            history::head(registry, ws)?.filter(|head| check_belongs(registry, head, ws).is_ok())
+        }
+        None => None,
+    };
     if !rec.dir.is_dir() {
         return Err(WsError::NotFound(format!(
             "workspace directory {}",
@@ -150,6 +175,7 @@ pub(crate) fn capture_locked(
         rec,
         id,
         opts,
+        parent,
         rules: rules.as_ref(),
         scan_start: read.scan_start,
         before: &read.before,

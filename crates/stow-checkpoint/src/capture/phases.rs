@@ -10,7 +10,7 @@ use super::produce::{cache_entries, cached_digests, produce_all, Produced, Stage
 use super::{panicked, CaptureOptions, Committed, Left, Outcome, Reuse};
 use crate::blobs::{blob_ok, discard_pairs, stage_bytes, stage_known, Payload};
 use crate::error::{Result, WsError};
-use crate::format::{CheckpointResult, Ignored, ManifestView, ObjectEntry, Summary};
+use crate::format::{CheckpointResult, Ignored, ManifestView, ObjectEntry, Origin, Summary};
 use crate::fsutil::{create_private_dir, hex, now_rfc3339};
 use crate::monitor::ChangedDirs;
 use crate::objects::{snapshot_objects, ObjectSnapshot};
@@ -35,6 +35,8 @@ pub(super) struct Capture<'a> {
     pub(super) rec: &'a Record,
     pub(super) id: &'a str,
     pub(super) opts: &'a CaptureOptions<'a>,
+    /// The parent recorded: the one asked for, else the workspace's head.
+    pub(super) parent: Option<String>,
     pub(super) rules: Option<&'a ignore::gitignore::Gitignore>,
     pub(super) scan_start: i64,
     pub(super) before: &'a Scan,
@@ -341,10 +343,12 @@ impl Capture<'_> {
                 version: 1,
                 id: self.id.to_string(),
                 workspace_id: self.rec.id.clone(),
-                parent_id: self.opts.spec.parent.clone(),
+                parent_id: self.parent.clone(),
                 created: created.clone(),
                 files: totals.files,
                 bytes: totals.bytes,
+                message: self.opts.spec.message.clone(),
+                origin: Some(self.opts.origin.unwrap_or(Origin::Capture)),
             },
             created,
             tree_root: hex(&built.root),
@@ -380,7 +384,7 @@ impl Capture<'_> {
             version: if objects.is_some() { 2 } else { 1 },
             id: self.id,
             workspace_id: &self.rec.id,
-            parent_id: opts.spec.parent.as_deref(),
+            parent_id: self.parent.as_deref(),
             created: &a.created,
             tree: &a.tree_root,
             excluded: &a.excluded,
@@ -388,6 +392,7 @@ impl Capture<'_> {
             buckets: objects.as_ref().map_or(&[], |o| &o.buckets),
             objects: &a.objects,
             ignored: a.ignored.as_ref(),
+            message: opts.spec.message.as_deref(),
         };
         let extra: Vec<(&str, Vec<u8>)> =
             receipt.map(|r| ("receipt.json", r)).into_iter().collect();
@@ -507,7 +512,7 @@ impl Capture<'_> {
             version: 1,
             checkpoint_id: self.id.to_string(),
             workspace_id: self.rec.id.clone(),
-            parent_checkpoint_id: opts.spec.parent.clone(),
+            parent_checkpoint_id: self.parent.clone(),
             created: assembled.created,
             files: totals.files,
             bytes: totals.bytes,
@@ -517,6 +522,7 @@ impl Capture<'_> {
             links: before.links.len() as u64,
             skipped: before.skipped.clone(),
             ignored: assembled.ignored,
+            message: opts.spec.message.clone(),
         };
         Ok((result, left))
     }

@@ -25,6 +25,7 @@ use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, create_private_dir, hex, now_rfc3339, random_hex, write_new_file};
 use crate::paths::{check_checkpoint_path, is_sensitive};
 use crate::registry::Registry;
+use crate::Origin;
 use crate::{
     admit, blob_ok, diff_buckets, diff_files_exact, diff_links, diff_objects, discard,
     load_manifest, publish, read_blob, stage_bytes, summaries, validate_manifest,
@@ -105,6 +106,9 @@ pub struct DeltaDocument {
     /// the base's (directories are metadata: replaced, never merged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dirs: Option<Vec<DirectoryEntry>>,
+    /// The target's message, given to the checkpoint `apply` makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The result of `delta`.
@@ -276,6 +280,7 @@ pub fn delta(
         include_sensitive: sensitive.is_some(),
         link_changes,
         dirs: (a.dirs != b.dirs).then(|| b.dirs.clone()),
+        message: b.message.clone(),
     };
     let raw = serde_json::to_vec(&doc)
         .map_err(|e| WsError::InvalidRequest(format!("encode delta: {e}")))?;
@@ -673,6 +678,7 @@ pub fn apply(
         links,
         skipped: b.skipped.clone(),
         ignored: b.ignored.clone(),
+        message: doc.message.clone(),
     };
     validate_manifest(&m).map_err(|e| WsError::DeltaConflict(format!("the result: {e}")))?;
     // Every payload the new checkpoint keeps from the base must be there.
@@ -723,6 +729,8 @@ pub fn apply(
         created: m.created.clone(),
         files: m.files.len() as u64,
         bytes,
+        message: m.message.clone(),
+        origin: Some(Origin::Apply),
     };
     let published = stage_all(&mut staged).and_then(|()| {
         let refs: Vec<(&Payload, u64)> = staged.iter().map(|(p, n)| (p, *n)).collect();

@@ -212,6 +212,7 @@ impl WorkspaceCore {
                 include_sensitive: false,
                 portable: true,
                 no_ignore: false,
+                message: None,
             },
             monitor: Some(&monitor),
             workspace_id: &a.workspace_id,

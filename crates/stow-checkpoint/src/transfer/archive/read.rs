@@ -20,6 +20,7 @@ use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, hex, FileLock};
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::Registry;
+use crate::Origin;
 use crate::{
     admit, discard, publish, summaries, CheckpointManifest, CheckpointResult, Payload,
     RetentionCaps, Summary,
@@ -375,7 +376,7 @@ pub fn import_with_digest(
             )));
         }
     }
-    let summary = Summary::of_outside(&m);
+    let summary = Summary::of_outside(&m, Origin::Import);
     let stored_bytes = match publish(registry, &m.id, &order, &m, &summary) {
         Ok(n) => n,
         Err(e) => return abandon(e),
@@ -478,6 +479,8 @@ mod tests {
             created: String::new(),
             files: 0,
             bytes: 0,
+            message: None,
+            origin: None,
         }
     }
 

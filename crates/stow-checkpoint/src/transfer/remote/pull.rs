@@ -11,6 +11,7 @@ use crate::error::{Result, WsError};
 use crate::paths::check_checkpoint_id;
 use crate::progress::Progress;
 use crate::registry::Registry;
+use crate::Origin;
 use crate::{
     blob_ok, discard, publish, stage_reader, CheckpointResult, FileEntry, Payload, StageError,
     Summary,
@@ -121,7 +122,7 @@ pub fn pull(
             Some((p, f.size))
         })
         .collect();
-    let summary = Summary::of_outside(&m);
+    let summary = Summary::of_outside(&m, Origin::Pull);
     let stored = match publish(registry, &m.id, &order, &m, &summary) {
         Ok(n) => n,
         Err(e) => {
@@ -237,7 +238,7 @@ pub fn remote_list(remote: &dyn RemoteStore) -> Result<RemoteListResult> {
         };
         match decoded {
             Ok(m) if m.id == *id => {
-                let s = Summary::of_outside(&m);
+                let s = Summary::of_outside(&m, Origin::Pull);
                 row.workspace_id = Some(s.workspace_id);
                 row.parent_checkpoint_id = s.parent_id;
                 row.created = Some(s.created);
