@@ -331,3 +331,57 @@ impl ObjectBackend for WorkspaceBucket {
         Ok(meta)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use stow_store::{ObjectBackend, PutOptions};
+
+    use super::super::scratch_view;
+
+    /// A file key writes a file; a blocked path, a key that is not a
+    /// portable path and another bucket write private objects; a delete
+    /// removes the file and the directories it leaves empty.
+    #[test]
+    fn requests_go_to_files_or_to_the_private_store() {
+        let (tmp, view) = scratch_view(None);
+        view.ensure_bucket("other").unwrap();
+        fs::create_dir(tmp.path().join("blocked")).unwrap();
+        for (bucket, key) in [
+            ("wsb", "d/e/f.txt"),
+            ("wsb", "blocked"),
+            ("wsb", "odd:key"),
+            ("other", "g.txt"),
+        ] {
+            let body = format!("{bucket}/{key}");
+            ObjectBackend::put_object(
+                &view,
+                bucket,
+                key,
+                &mut body.as_bytes(),
+                PutOptions::default(),
+            )
+            .unwrap();
+            let (bytes, _) = view.read_bytes(bucket, key).unwrap();
+            assert_eq!(bytes, body.as_bytes());
+        }
+        assert_eq!(
+            fs::read(tmp.path().join("d/e/f.txt")).unwrap(),
+            b"wsb/d/e/f.txt"
+        );
+        assert!(tmp.path().join("blocked").is_dir());
+        assert!(!tmp.path().join("g.txt").exists());
+        let private: Vec<String> = view
+            .private_objects("wsb")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert_eq!(private, ["blocked", "odd:key"]);
+
+        assert!(ObjectBackend::delete_object(&view, "wsb", "d/e/f.txt").unwrap());
+        assert!(!tmp.path().join("d").exists(), "empty directories pruned");
+        assert!(!ObjectBackend::delete_object(&view, "wsb", "d/e/f.txt").unwrap());
+    }
+}

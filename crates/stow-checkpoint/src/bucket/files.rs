@@ -233,3 +233,162 @@ impl WorkspaceBucket {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    use stow_store::{ObjectBackend, PutOptions, StoreError};
+
+    use super::super::props::{FileProps, Stamp};
+    use super::super::scratch_view;
+    use super::AtPath;
+
+    fn kind(at: AtPath) -> &'static str {
+        match at {
+            AtPath::Free => "free",
+            AtPath::File(..) => "file",
+            AtPath::Blocked => "blocked",
+            AtPath::Link => "link",
+        }
+    }
+
+    #[test]
+    fn lookup_never_goes_through_a_symbolic_link() {
+        let (tmp, view) = scratch_view(None);
+        let outside = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir(root.join("real")).unwrap();
+        fs::write(root.join("real/f.txt"), b"f").unwrap();
+        symlink(root.join("real"), root.join("link")).unwrap();
+        symlink(root.join("real/f.txt"), root.join("lf.txt")).unwrap();
+        symlink(outside.path(), root.join("out")).unwrap();
+
+        let at = |key: &str| kind(view.lookup(key).unwrap());
+        assert_eq!(at("real/f.txt"), "file");
+        assert_eq!(at("real/g.txt"), "free");
+        assert_eq!(at("new/deeper/g.txt"), "free");
+        assert_eq!(at("real"), "blocked");
+        assert_eq!(at("real/f.txt/under"), "blocked");
+        assert_eq!(at("link/f.txt"), "link");
+        assert_eq!(at("lf.txt"), "link");
+        assert_eq!(at("out/new.txt"), "link");
+        assert!(view.regular_file("link/f.txt").unwrap().is_none());
+        assert!(view.open_file("lf.txt").unwrap().is_none());
+
+        // A write through a link is refused and lands nowhere.
+        for key in ["out/new.txt", "link/new.txt", "lf.txt"] {
+            let err = view.writes_file("wsb", key).unwrap_err();
+            assert!(matches!(err, StoreError::InvalidKey { .. }), "{key}: {err}");
+            let put = ObjectBackend::put_object(
+                &view,
+                "wsb",
+                key,
+                &mut &b"evil"[..],
+                PutOptions::default(),
+            );
+            assert_eq!(put.unwrap_err().code(), "invalid_key", "{key}");
+        }
+        assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert!(!root.join("real/new.txt").exists());
+        assert_eq!(fs::read(root.join("real/f.txt")).unwrap(), b"f");
+        // A blocked path goes to the private store; other buckets never
+        // name files.
+        assert!(!view.writes_file("wsb", "real").unwrap());
+        assert!(!view.writes_file("other", "real/g.txt").unwrap());
+        assert!(view.writes_file("wsb", "real/g.txt").unwrap());
+    }
+
+    #[test]
+    fn install_replaces_the_file_keeping_its_mode_and_drops_a_shadowed_object() {
+        let (tmp, view) = scratch_view(None);
+        let path = tmp.path().join("d/f.txt");
+        fs::create_dir(tmp.path().join("d")).unwrap();
+        fs::write(&path, b"old").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        // A private object of the same key, shadowed by the file.
+        view.store
+            .put_object("wsb", "d/f.txt", &mut &b"stale"[..], PutOptions::default())
+            .unwrap();
+
+        let received = view
+            .store
+            .receive(&mut &b"new bytes"[..], PutOptions::default())
+            .unwrap();
+        let props = FileProps {
+            etag: received.etag.clone(),
+            ..FileProps::default()
+        };
+        let meta = view
+            .install("d/f.txt", props, |p, mode| received.persist_as(p, mode))
+            .unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new bytes");
+        let m = fs::metadata(&path).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(meta.size, 9);
+        let saved = view.props.load("d/f.txt", Stamp::of(&m)).unwrap().unwrap();
+        assert_eq!(saved.etag, meta.etag);
+        assert!(view.store.head_object("wsb", "d/f.txt").is_err());
+        // Nothing else is left in the directory (the bytes were renamed in).
+        let names: Vec<_> = fs::read_dir(tmp.path().join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"]);
+    }
+
+    #[test]
+    fn a_failed_install_leaves_the_old_file_and_creates_parents_for_a_new_one() {
+        let (tmp, view) = scratch_view(None);
+        let path = tmp.path().join("f.txt");
+        fs::write(&path, b"old").unwrap();
+        let failed = view.install("f.txt", FileProps::default(), |_, _| {
+            Err(StoreError::Corrupt("refused".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        let m = fs::metadata(&path).unwrap();
+        assert!(view.props.load("f.txt", Stamp::of(&m)).unwrap().is_none());
+
+        let received = view
+            .store
+            .receive(&mut &b"x"[..], PutOptions::default())
+            .unwrap();
+        view.install("a/b/c.txt", FileProps::default(), |p, mode| {
+            assert_eq!(mode, 0o644, "a new file's mode");
+            received.persist_as(p, mode)
+        })
+        .unwrap();
+        assert_eq!(fs::read(tmp.path().join("a/b/c.txt")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn the_walk_finds_portable_regular_files_only() {
+        let (tmp, view) = scratch_view(None);
+        let root = tmp.path();
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::create_dir_all(root.join(".git")).unwrap();
+        fs::write(root.join("a.txt"), b"a").unwrap();
+        fs::write(root.join("d/e/b.txt"), b"bb").unwrap();
+        fs::write(root.join(".git/config"), b"c").unwrap();
+        fs::write(root.join("d/odd\\name"), b"c").unwrap();
+        symlink(root.join("a.txt"), root.join("d/link.txt")).unwrap();
+        let mut found: Vec<(String, u64)> = view
+            .walk_files("")
+            .unwrap()
+            .into_iter()
+            .map(|(k, m)| (k, m.len()))
+            .collect();
+        found.sort();
+        assert_eq!(found, [("a.txt".into(), 1), ("d/e/b.txt".into(), 2)]);
+        let under: Vec<String> = view
+            .walk_files("d")
+            .unwrap()
+            .into_iter()
+            .map(|f| f.0)
+            .collect();
+        assert_eq!(under, ["d/e/b.txt"]);
+        assert!(view.walk_files("missing").unwrap().is_empty());
+    }
+}

@@ -207,3 +207,12 @@ impl WorkspaceBucket {
             .map(|_| ())
     }
 }
+
+/// A view of a fresh scratch root (primary bucket `wsb`), for the parts'
+/// unit tests.
+#[cfg(test)]
+fn scratch_view(quota: Option<ViewQuota>) -> (tempfile::TempDir, WorkspaceBucket) {
+    let tmp = tempfile::tempdir().expect("scratch dir");
+    let view = WorkspaceBucket::open_with_quota(tmp.path(), "wsb", quota).expect("open view");
+    (tmp, view)
+}

@@ -233,3 +233,109 @@ impl WorkspaceBucket {
             .map_err(store_err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use stow_store::{ObjectBackend, ObjectProps, PartSummary};
+
+    use super::super::scratch_view;
+    use super::{quoted_md5, FileProps, Stamp};
+
+    fn props_of(etag: &str) -> FileProps {
+        FileProps {
+            etag: etag.to_string(),
+            props: ObjectProps {
+                content_type: Some("text/x-test".into()),
+                ..ObjectProps::default()
+            },
+            checksum: None,
+            parts: vec![PartSummary {
+                size: 3,
+                checksum: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn properties_round_trip_while_the_stamp_holds() {
+        let (tmp, view) = scratch_view(None);
+        let path = tmp.path().join("f.txt");
+        fs::write(&path, b"abc").unwrap();
+        let stamp = Stamp::of(&fs::metadata(&path).unwrap());
+        view.props
+            .save("f.txt", stamp, &props_of("\"e-1\""))
+            .unwrap();
+
+        let got = view.props.load("f.txt", stamp).unwrap().unwrap();
+        assert_eq!(got.etag, "\"e-1\"");
+        assert_eq!(got.props.content_type.as_deref(), Some("text/x-test"));
+        assert_eq!(got.parts.len(), 1);
+        assert!(view.props.load("other.txt", stamp).unwrap().is_none());
+
+        // A save replaces the row; forget drops it.
+        view.props
+            .save("f.txt", stamp, &props_of("\"e-2\""))
+            .unwrap();
+        assert_eq!(
+            view.props.load("f.txt", stamp).unwrap().unwrap().etag,
+            "\"e-2\""
+        );
+        view.props.forget("f.txt").unwrap();
+        assert!(view.props.load("f.txt", stamp).unwrap().is_none());
+    }
+
+    #[test]
+    fn another_stamp_finds_no_properties() {
+        let (tmp, view) = scratch_view(None);
+        let path = tmp.path().join("f.txt");
+        fs::write(&path, b"abc").unwrap();
+        let stamp = Stamp::of(&fs::metadata(&path).unwrap());
+        view.props
+            .save("f.txt", stamp, &props_of("\"e-1\""))
+            .unwrap();
+        for other in [
+            Stamp { size: 4, ..stamp },
+            Stamp {
+                mtime_ns: stamp.mtime_ns + 1,
+                ..stamp
+            },
+            Stamp {
+                ctime_ns: stamp.ctime_ns + 1,
+                ..stamp
+            },
+            Stamp {
+                ino: stamp.ino + 1,
+                ..stamp
+            },
+        ] {
+            assert!(view.props.load("f.txt", other).unwrap().is_none());
+        }
+    }
+
+    /// A file changed behind the view's back reads with default properties
+    /// and the MD5 of its new bytes, which are then recorded.
+    #[test]
+    fn a_changed_file_gets_default_properties_and_its_md5() {
+        let (tmp, view) = scratch_view(None);
+        let typed = ObjectProps {
+            content_type: Some("text/x-test".into()),
+            ..ObjectProps::default()
+        };
+        view.put_bytes("wsb", "f.txt", b"first", typed).unwrap();
+        let meta = ObjectBackend::head_object(&view, "wsb", "f.txt").unwrap();
+        assert_eq!(meta.props.content_type.as_deref(), Some("text/x-test"));
+
+        let path = tmp.path().join("f.txt");
+        fs::write(&path, b"second!").unwrap();
+        let meta = ObjectBackend::head_object(&view, "wsb", "f.txt").unwrap();
+        assert_eq!(meta.props, ObjectProps::default());
+        assert_eq!(meta.size, 7);
+        let md5 = quoted_md5(&mut fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(md5, "\"26de793d084efdd1c4134652c5494af1\"");
+        assert_eq!(meta.etag, md5);
+        let stamp = Stamp::of(&fs::metadata(&path).unwrap());
+        assert_eq!(view.props.load("f.txt", stamp).unwrap().unwrap().etag, md5);
+    }
+}

@@ -163,3 +163,104 @@ impl WorkspaceBucket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::io::Read;
+
+    use stow_store::{ObjectBackend, PutOptions, Usage};
+
+    use super::super::scratch_view;
+    use super::{file_change, CappedReader, ViewQuota};
+
+    fn put(view: &super::WorkspaceBucket, key: &str, len: usize) -> Result<(), String> {
+        ObjectBackend::put_object(
+            view,
+            "wsb",
+            key,
+            &mut &vec![b'x'; len][..],
+            PutOptions::default(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.code().to_string())
+    }
+
+    fn usage(view: &super::WorkspaceBucket) -> (u64, u64) {
+        let Usage { bytes, objects } = ObjectBackend::usage(view).unwrap();
+        (bytes, objects)
+    }
+
+    #[test]
+    fn a_file_change_counts_bytes_and_objects() {
+        assert_eq!(file_change(None, Some(5)), (5, 1));
+        assert_eq!(file_change(Some(5), Some(3)), (-2, 0));
+        assert_eq!(file_change(Some(5), None), (-5, -1));
+        assert_eq!(file_change(None, None), (0, 0));
+    }
+
+    #[test]
+    fn the_capped_reader_fails_past_its_room() {
+        let mut body = &b"0123456789"[..];
+        let mut capped = CappedReader {
+            inner: &mut body,
+            room: 10,
+            overflowed: false,
+        };
+        let mut out = Vec::new();
+        capped.read_to_end(&mut out).unwrap();
+        assert_eq!(out.len(), 10);
+        assert!(!capped.overflowed);
+
+        let mut body = &b"0123456789"[..];
+        let mut capped = CappedReader {
+            inner: &mut body,
+            room: 9,
+            overflowed: false,
+        };
+        assert!(capped.read_to_end(&mut Vec::new()).is_err());
+        assert!(capped.overflowed);
+    }
+
+    /// Usage counts the tree's files (also those written behind the view's
+    /// back before it opened) with the private objects; a write past either
+    /// limit is refused and leaves nothing behind.
+    #[test]
+    fn a_write_past_the_limit_is_refused_and_usage_counts_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("seed.txt"), b"seed").unwrap();
+        let quota = ViewQuota {
+            max_bytes: 20,
+            max_objects: 3,
+        };
+        let view = super::WorkspaceBucket::open_with_quota(tmp.path(), "wsb", Some(quota)).unwrap();
+        assert_eq!(usage(&view), (4, 1));
+
+        put(&view, "a.txt", 10).unwrap();
+        assert_eq!(usage(&view), (14, 2));
+        // 14 + 7 > 20, as a file and as a private object.
+        assert_eq!(put(&view, "b.txt", 7), Err("quota_exceeded".into()));
+        assert_eq!(put(&view, "odd:key", 7), Err("quota_exceeded".into()));
+        assert!(!tmp.path().join("b.txt").exists());
+        assert_eq!(usage(&view), (14, 2));
+        // An overwrite counts only its growth: 4 + 16 = 20 fits.
+        put(&view, "a.txt", 16).unwrap();
+        assert_eq!(usage(&view), (20, 2));
+        put(&view, "a.txt", 1).unwrap();
+        put(&view, "odd:key", 1).unwrap();
+        assert_eq!(usage(&view), (6, 3));
+        // A fourth object is refused.
+        assert_eq!(put(&view, "c.txt", 1), Err("quota_exceeded".into()));
+        // Removing frees room.
+        ObjectBackend::delete_object(&view, "wsb", "a.txt").unwrap();
+        assert_eq!(usage(&view), (5, 2));
+        put(&view, "c.txt", 1).unwrap();
+        assert_eq!(usage(&view), (6, 3));
+
+        // Without a quota, the view does not count files at all.
+        drop(view);
+        let (_tmp, free) = scratch_view(None);
+        put(&free, "big.txt", 1000).unwrap();
+        assert_eq!(usage(&free), (0, 0));
+    }
+}
