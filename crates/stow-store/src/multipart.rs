@@ -375,19 +375,7 @@ impl Store {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
-        if listed.is_empty() {
-            return Err(StoreError::InvalidPart {
-                reason: "the part list is empty".into(),
-            });
-        }
-        if listed
-            .windows(2)
-            .any(|w| w[0].part_number >= w[1].part_number)
-        {
-            return Err(StoreError::InvalidPart {
-                reason: "parts must be listed in ascending order without repeats".into(),
-            });
-        }
+        check_part_list(listed)?;
         // A full-object checksum needs the bytes: compute it outside the
         // write lock, then require the same part blobs inside it.
         let full = match self.full_object_checksum(bucket, key, upload_id, listed) {
@@ -454,7 +442,7 @@ impl Store {
         })
     }
 
-    fn full_object_checksum(
+    pub(crate) fn full_object_checksum(
         &self,
         bucket: &str,
         key: &str,
@@ -546,6 +534,24 @@ pub(crate) fn drop_upload(
     record::charge(conn, quota, -(bytes as i64), 0)?;
     conn.execute("DELETE FROM parts WHERE upload = ?1", [upload_id])?;
     conn.execute("DELETE FROM uploads WHERE id = ?1", [upload_id])?;
+    Ok(())
+}
+
+/// Refuses an empty part list, or one not in ascending order.
+pub(crate) fn check_part_list(listed: &[CompletedPart]) -> Result<()> {
+    if listed.is_empty() {
+        return Err(StoreError::InvalidPart {
+            reason: "the part list is empty".into(),
+        });
+    }
+    if listed
+        .windows(2)
+        .any(|w| w[0].part_number >= w[1].part_number)
+    {
+        return Err(StoreError::InvalidPart {
+            reason: "parts must be listed in ascending order without repeats".into(),
+        });
+    }
     Ok(())
 }
 
