@@ -6,9 +6,9 @@ use std::io::Read;
 
 use stow_store::{
     validate, BucketInfo, ByteRange, CompletedPart, ConditionCheck, CopyOptions,
-    CreateUploadOptions, ListPage, ListQuery, ObjectBackend, ObjectBody, ObjectMeta, ObjectRead,
-    PartInfo, PartOptions, PartsPage, PutOptions, StoreError, UploadInfo, UploadsPage, Usage,
-    WriteCondition,
+    CreateUploadOptions, Joined, JoinedUpload, ListPage, ListQuery, ObjectBackend, ObjectBody,
+    ObjectMeta, ObjectRead, PartInfo, PartOptions, PartsPage, PutOptions, StoreError, UploadInfo,
+    UploadsPage, Usage, WriteCondition,
 };
 
 use super::files::{is_missing, sync_dir};
@@ -27,6 +27,60 @@ impl WorkspaceBucket {
             Err(StoreError::NoSuchKey { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Completes an upload of a file key into the file. The store joins the
+    /// parts into a staged file without recording an object under the key;
+    /// under the write lock the condition is checked against the file now
+    /// there and the staged file renamed over it; then the store drops the
+    /// upload. A crash before the rename leaves the upload as it was; after
+    /// it, the file in place and the upload still in flight (its parts
+    /// counted, listed, abortable), which a retried completion finishes.
+    /// A retry after the upload was finished answers as the first did.
+    fn complete_into_file(
+        &self,
+        key: &str,
+        upload_id: &str,
+        listed: &[CompletedPart],
+        condition: WriteCondition,
+        expected: Option<(stow_store::ChecksumAlgorithm, String)>,
+    ) -> StoreResult<ObjectMeta> {
+        let joined =
+            match self
+                .store
+                .join_upload(&self.primary, key, upload_id, listed, expected)?
+            {
+                Joined::Replayed(meta) => return Ok(meta),
+                Joined::Staged(joined) => joined,
+            };
+        let JoinedUpload { meta, body, ticket } = joined;
+        let _w = self.lock_writes();
+        let current = self.current(key)?;
+        condition.check(
+            current.as_ref().map(|m| m.etag.as_str()),
+            &self.primary,
+            key,
+        )?;
+        let old_size = self.file_size(key)?;
+        let charge = self.charge_joined_file(old_size)?;
+        crate::fault::point("bucket-complete-joined");
+        let props = FileProps {
+            etag: meta.etag.clone(),
+            props: meta.props.clone(),
+            checksum: meta.checksum.clone(),
+            parts: meta.parts.clone(),
+        };
+        let installed = match self.install(key, props, |path, mode| body.persist_as(path, mode)) {
+            Ok(installed) => installed,
+            Err(e) => {
+                self.uncharge(charge);
+                return Err(e);
+            }
+        };
+        self.note_joined_file(old_size, installed.size);
+        crate::fault::point("bucket-complete-installed");
+        self.store.finish_joined(ticket)?;
+        Ok(installed)
     }
 }
 
@@ -301,34 +355,7 @@ impl ObjectBackend for WorkspaceBucket {
                 .store
                 .complete_upload_checked(bucket, key, upload_id, listed, condition, expected);
         }
-        let _w = self.lock_writes();
-        let current = self.current(key)?;
-        condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
-        // The store joins the parts (no bytes copied); the joined object is
-        // then streamed into the file and the store's copy dropped.
-        let done = self.store.complete_upload_checked(
-            bucket,
-            key,
-            upload_id,
-            listed,
-            WriteCondition::Always,
-            expected,
-        )?;
-        let mut joined = self.store.get_object(bucket, key, None)?.body;
-        let received = self.store.receive(&mut joined, PutOptions::default())?;
-        let props = FileProps {
-            etag: done.etag,
-            props: done.props,
-            checksum: done.checksum,
-            parts: done.parts,
-        };
-        // The parts' bytes and the object were admitted by the store; they
-        // move into the tree (install drops the store's copy).
-        let old_size = self.file_size(key)?;
-        let size = received.size;
-        let meta = self.install(key, props, |path, mode| received.persist_as(path, mode))?;
-        self.note_file(old_size, Some(size));
-        Ok(meta)
+        self.complete_into_file(key, upload_id, listed, condition, expected)
     }
 }
 

@@ -173,6 +173,26 @@ impl WorkspaceBucket {
         Ok(self.meta_from(key, &m, props))
     }
 
+    /// Drops the primary bucket's private objects that a file of the same
+    /// key shadows, returning how many. Such an object is never listed or
+    /// read (the file wins) yet counts in usage: [`WorkspaceBucket::install`]
+    /// drops it as it puts the file in place, but a crash in between, or a
+    /// multipart completion by an older version (which joined the parts
+    /// into a private object before moving it into the file), can leave
+    /// one behind. Run at open, when nothing else uses the view.
+    pub(super) fn drop_shadowed_objects(&self) -> StoreResult<u64> {
+        let mut dropped = 0;
+        for o in self.private_summaries(&self.primary)? {
+            if !self.file_key(&self.primary, &o.key) || self.regular_file(&o.key)?.is_none() {
+                continue;
+            }
+            if self.store.delete_object(&self.primary, &o.key)? {
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+
     /// Removes now-empty directories from `dir` up to (not including) the root.
     pub(super) fn prune_empty_dirs(&self, mut dir: &Path) {
         while dir != self.root && dir.starts_with(&self.root) {

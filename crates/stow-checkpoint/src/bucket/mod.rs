@@ -124,6 +124,10 @@ impl WorkspaceBucket {
             _session: None,
             counted: Mutex::new(None),
         };
+        let dropped = view.drop_shadowed_objects().map_err(store_err)?;
+        if dropped > 0 {
+            tracing::info!("dropped {dropped} private object(s) shadowed by files");
+        }
         if quota.is_some() {
             view.count_files().map_err(store_err)?;
         }

@@ -102,16 +102,48 @@ impl WorkspaceBucket {
         old_size: Option<u64>,
         new_size: u64,
     ) -> StoreResult<(i64, i64)> {
+        if !self.recount_if_stale()? {
+            return Ok((0, 0));
+        }
+        let charge = file_change(old_size, Some(new_size));
+        self.store.charge_outside(charge.0, charge.1)?;
+        Ok(charge)
+    }
+
+    /// Admits a multipart completion into a file that replaces one of
+    /// `old_size` bytes (`None`: no file there). Its bytes were admitted as
+    /// the upload's parts, which the store counts until the upload is
+    /// finished, so only a new object is checked now; the bytes move into
+    /// the files' count with [`WorkspaceBucket::note_joined_file`] once the
+    /// file is in place. Returns the charge, to undo with
+    /// [`WorkspaceBucket::uncharge`] if the file is not installed. The
+    /// caller holds the write lock.
+    pub(super) fn charge_joined_file(&self, old_size: Option<u64>) -> StoreResult<(i64, i64)> {
+        if !self.recount_if_stale()? {
+            return Ok((0, 0));
+        }
+        let charge = (0, file_change(old_size, Some(0)).1);
+        self.store.charge_outside(charge.0, charge.1)?;
+        Ok(charge)
+    }
+
+    /// Counts the bytes of a file installed by a multipart completion
+    /// (admitted by [`WorkspaceBucket::charge_joined_file`]).
+    pub(super) fn note_joined_file(&self, old_size: Option<u64>, new_size: u64) {
+        self.adjust_files((file_change(old_size, Some(new_size)).0, 0));
+    }
+
+    /// Counts the tree again if the count is older than [`RECOUNT_AFTER`];
+    /// `false` for a view without quotas (nothing to count).
+    fn recount_if_stale(&self) -> StoreResult<bool> {
         let stale = match *self.counted() {
-            None => return Ok((0, 0)),
+            None => return Ok(false),
             Some(at) => at.elapsed() >= RECOUNT_AFTER,
         };
         if stale {
             self.count_files()?;
         }
-        let charge = file_change(old_size, Some(new_size));
-        self.store.charge_outside(charge.0, charge.1)?;
-        Ok(charge)
+        Ok(true)
     }
 
     pub(super) fn uncharge(&self, (bytes, objects): (i64, i64)) {
