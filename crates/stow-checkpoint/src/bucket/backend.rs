@@ -45,15 +45,13 @@ impl WorkspaceBucket {
         condition: WriteCondition,
         expected: Option<(stow_store::ChecksumAlgorithm, String)>,
     ) -> StoreResult<ObjectMeta> {
-        let joined =
-            match self
-                .store
-                .join_upload(&self.primary, key, upload_id, listed, expected)?
-            {
-                Joined::Replayed(meta) => return Ok(meta),
-                Joined::Staged(joined) => joined,
-            };
-        let JoinedUpload { meta, body, ticket } = joined;
+        let joined = self
+            .store
+            .join_upload(&self.primary, key, upload_id, listed, expected)?;
+        let JoinedUpload { meta, body, ticket } = match joined {
+            Joined::Replayed(meta) => return Ok(meta),
+            Joined::Staged(joined) => joined,
+        };
         let _w = self.lock_writes();
         let current = self.current(key)?;
         condition.check(
@@ -65,10 +63,10 @@ impl WorkspaceBucket {
         let charge = self.charge_joined_file(old_size)?;
         crate::fault::point("bucket-complete-joined");
         let props = FileProps {
-            etag: meta.etag.clone(),
-            props: meta.props.clone(),
-            checksum: meta.checksum.clone(),
-            parts: meta.parts.clone(),
+            etag: meta.etag,
+            props: meta.props,
+            checksum: meta.checksum,
+            parts: meta.parts,
         };
         let installed = match self.install(key, props, |path, mode| body.persist_as(path, mode)) {
             Ok(installed) => installed,
