@@ -125,11 +125,11 @@ def kill_under_write_load(server, bucket, key_of, writers, enough):
 class WorkspaceServer(S3Server):
     """A running `stow-s3 workspace serve` for one registered workspace."""
 
-    def __init__(self, stow_bin, workspace_id, registry_dir, *extra):
+    def __init__(self, stow_bin, workspace_id, registry_dir, *extra, env=None):
         self.proc, self.ready = spawn_ready([
             stow_bin, "workspace", "serve", "--id", workspace_id,
             "--registry-dir", str(registry_dir), *extra,
-        ])
+        ], env=env)
         self.endpoint = self.ready["endpoint"]
         self.access_key = self.ready["access_key_id"]
         self.secret_key = self.ready["secret_access_key"]

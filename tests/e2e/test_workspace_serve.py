@@ -346,3 +346,51 @@ def test_kill_9_under_write_load_leaves_no_torn_file(stow_bin, workdir):
         assert list((root / ".stow" / "objects" / "tmp").iterdir()) == []
     finally:
         assert again.stop() == 0
+
+
+@pytest.mark.parametrize("point", ["bucket-complete-joined", "bucket-complete-installed"])
+def test_kill_9_during_a_file_keys_multipart_completion_leaves_no_object(stow_bin, workdir, point):
+    """A server killed (SIGKILL at the fault point STOW_TEST_FAULT names)
+    between the steps of a file key's multipart completion leaves no
+    private-store object: after a restart the upload is still in flight, the
+    client's retry completes it into the file, a second retry answers the
+    same, and the quota has room for exactly what is stored."""
+    quota = 12 << 20
+    p = prepare(stow_bin, workdir, {"seed.txt": b"seed", "big.bin": b"old"},
+                max_bytes=quota, max_objects=100)
+    armed = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg",
+                            env={**os.environ, "STOW_TEST_FAULT": point})
+    s3, bucket, root = armed.client(), armed.bucket, pathlib.Path(armed.root)
+    body = [os.urandom(5 << 20), b"tail"]
+    up = s3.create_multipart_upload(Bucket=bucket, Key="big.bin")["UploadId"]
+    listed = {"Parts": [
+        {"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="big.bin", UploadId=up,
+                                                 PartNumber=n, Body=part)["ETag"]}
+        for n, part in enumerate(body, 1)]}
+    with pytest.raises(Exception):  # the connection drops with the server
+        s3.complete_multipart_upload(Bucket=bucket, Key="big.bin", UploadId=up, MultipartUpload=listed)
+    assert armed.proc.wait(timeout=30) == -9
+    joined = b"".join(body)
+    assert (root / "big.bin").read_bytes() == (b"old" if point.endswith("joined") else joined)
+
+    again = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg")
+    try:
+        c = again.client()
+        assert [u["UploadId"] for u in c.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == [up]
+        done = c.complete_multipart_upload(Bucket=bucket, Key="big.bin", UploadId=up, MultipartUpload=listed)
+        assert done["ETag"].endswith('-2"')
+        assert (root / "big.bin").read_bytes() == joined
+        retried = c.complete_multipart_upload(Bucket=bucket, Key="big.bin", UploadId=up, MultipartUpload=listed)
+        assert retried["ETag"] == done["ETag"]
+        assert c.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+        listing = c.list_objects_v2(Bucket=bucket)["Contents"]
+        assert [(o["Key"], o["Size"]) for o in listing] == [("big.bin", len(joined)), ("seed.txt", 4)]
+        # Stored: the two files. A leftover object of the upload's bytes
+        # would leave no room for this one.
+        room = quota - len(joined) - 4
+        c.put_object(Bucket=bucket, Key="fill.bin", Body=b"f" * room)
+        with pytest.raises(ClientError) as e:
+            c.put_object(Bucket=bucket, Key="one-more.bin", Body=b"x")
+        assert code_of(e.value) == "InsufficientStorage"
+    finally:
+        assert again.stop() == 0

@@ -42,6 +42,7 @@
 
 // The layers below the engine: errors, file helpers, names, the registry.
 mod error;
+pub mod fault;
 pub mod fsutil;
 mod layout;
 pub mod parallel;

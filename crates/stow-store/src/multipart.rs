@@ -20,7 +20,7 @@ use crate::validate;
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
 #[derive(Serialize, Deserialize)]
-struct UploadProps {
+pub(crate) struct UploadProps {
     #[serde(flatten)]
     props: ObjectProps,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -29,7 +29,7 @@ struct UploadProps {
     checksum_type: Option<ChecksumType>,
 }
 
-struct PartRow {
+pub(crate) struct PartRow {
     number: u32,
     blob: BlobId,
     size: u64,
@@ -37,7 +37,12 @@ struct PartRow {
     checksum: Option<String>,
 }
 
-fn load_upload(conn: &Connection, bucket: i64, key: &str, upload_id: &str) -> Result<UploadProps> {
+pub(crate) fn load_upload(
+    conn: &Connection,
+    bucket: i64,
+    key: &str,
+    upload_id: &str,
+) -> Result<UploadProps> {
     let props: Option<String> = conn
         .prepare_cached("SELECT props FROM uploads WHERE id = ?1 AND bucket = ?2 AND key = ?3")?
         .query_row(params![upload_id, bucket, key.as_bytes()], |r| r.get(0))
@@ -49,7 +54,7 @@ fn load_upload(conn: &Connection, bucket: i64, key: &str, upload_id: &str) -> Re
         .map_err(|e| StoreError::Corrupt(format!("malformed upload properties: {e}")))
 }
 
-fn load_parts(conn: &Connection, upload_id: &str) -> Result<Vec<PartRow>> {
+pub(crate) fn load_parts(conn: &Connection, upload_id: &str) -> Result<Vec<PartRow>> {
     let mut st = conn.prepare_cached(
         "SELECT number, blob, size, etag, checksum FROM parts WHERE upload = ?1 ORDER BY number",
     )?;
@@ -65,7 +70,7 @@ fn load_parts(conn: &Connection, upload_id: &str) -> Result<Vec<PartRow>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-fn check_upload_id(upload_id: &str) -> Result<()> {
+pub(crate) fn check_upload_id(upload_id: &str) -> Result<()> {
     if upload_id.is_empty() || upload_id.len() > 128 {
         return Err(StoreError::NoSuchUpload {
             upload_id: upload_id.chars().take(128).collect(),
@@ -370,19 +375,7 @@ impl Store {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
-        if listed.is_empty() {
-            return Err(StoreError::InvalidPart {
-                reason: "the part list is empty".into(),
-            });
-        }
-        if listed
-            .windows(2)
-            .any(|w| w[0].part_number >= w[1].part_number)
-        {
-            return Err(StoreError::InvalidPart {
-                reason: "parts must be listed in ascending order without repeats".into(),
-            });
-        }
+        check_part_list(listed)?;
         // A full-object checksum needs the bytes: compute it outside the
         // write lock, then require the same part blobs inside it.
         let full = match self.full_object_checksum(bucket, key, upload_id, listed) {
@@ -412,127 +405,11 @@ impl Store {
                 r => r?,
             };
             let parts = load_parts(conn, &upload_id)?;
-            let mut chosen: Vec<&PartRow> = Vec::with_capacity(listed.len());
-            for want in &listed {
-                let part = parts
-                    .iter()
-                    .find(|p| p.number == want.part_number)
-                    .ok_or_else(|| StoreError::InvalidPart {
-                        reason: format!("part {} was not uploaded", want.part_number),
-                    })?;
-                if !record::etag_matches(&want.etag, &part.etag) || want.etag.trim() == "*" {
-                    return Err(StoreError::InvalidPart {
-                        reason: format!("part {} has a different ETag", want.part_number),
-                    });
-                }
-                chosen.push(part);
-            }
-            for p in &chosen[..chosen.len() - 1] {
-                if p.size < MIN_PART_SIZE {
-                    return Err(StoreError::EntityTooSmall {
-                        part_number: p.number,
-                        size: p.size,
-                    });
-                }
-            }
+            let chosen = choose_parts(&parts, &listed)?;
             let old = record::load_record(conn, b, &key)?;
             check_write_condition(&condition, old.as_ref(), &bucket, &key)?;
 
-            let mut md5s = md5::Md5::new();
-            for p in &chosen {
-                let hex = p.etag.trim_matches('"');
-                md5s.update(crate::unhex(hex).ok_or_else(|| {
-                    StoreError::Corrupt(format!("part {} has a malformed ETag", p.number))
-                })?);
-            }
-            let etag = format!("\"{}-{}\"", crate::hex(&md5s.finalize()), chosen.len());
-            let checksum = match (up.checksum_algorithm, up.checksum_type) {
-                (Some(alg), Some(ChecksumType::Composite)) => {
-                    let mut digests = Vec::new();
-                    for p in &chosen {
-                        let v = p
-                            .checksum
-                            .as_deref()
-                            .ok_or_else(|| StoreError::InvalidPart {
-                                reason: format!(
-                                    "part {} has no {} checksum",
-                                    p.number,
-                                    alg.as_str()
-                                ),
-                            })?;
-                        digests.push(alg.decode(v)?);
-                    }
-                    Some(Checksum {
-                        algorithm: alg,
-                        value: checksum::composite(alg, &digests),
-                        kind: ChecksumType::Composite,
-                    })
-                }
-                (Some(alg), Some(ChecksumType::FullObject)) => {
-                    let (blobs, value) = full.clone().ok_or_else(|| {
-                        StoreError::Corrupt("full-object checksum was not computed".into())
-                    })?;
-                    if blobs != chosen.iter().map(|p| p.blob).collect::<Vec<_>>() {
-                        return Err(StoreError::InvalidPart {
-                            reason: "parts changed while the upload completed".into(),
-                        });
-                    }
-                    Some(Checksum {
-                        algorithm: alg,
-                        value,
-                        kind: ChecksumType::FullObject,
-                    })
-                }
-                _ => None,
-            };
-            if let Some((alg, want)) = &expected {
-                let digest = |v: &str| v.trim().split('-').next().unwrap_or_default().to_string();
-                match &checksum {
-                    Some(c) if c.algorithm == *alg && digest(&c.value) == digest(want) => {}
-                    Some(c) if c.algorithm == *alg => {
-                        return Err(StoreError::BadDigest {
-                            reason: format!(
-                                "the object's {} checksum is {}, not {want}",
-                                alg.as_str(),
-                                c.value
-                            ),
-                        })
-                    }
-                    _ => {
-                        return Err(StoreError::BadDigest {
-                            reason: format!(
-                                "the upload was not created with the {} checksum",
-                                alg.as_str()
-                            ),
-                        })
-                    }
-                }
-            }
-            let size: u64 = chosen.iter().map(|p| p.size).sum();
-            let rec = Record {
-                size,
-                etag,
-                modified_ns: record::now_ns(),
-                generation: record::new_generation(),
-                props: StoredProps {
-                    props: up.props,
-                    checksum,
-                    parts: chosen
-                        .iter()
-                        .map(|p| PartSummary {
-                            size: p.size,
-                            checksum: p.checksum.clone(),
-                        })
-                        .collect(),
-                },
-                extents: chosen
-                    .iter()
-                    .map(|p| Extent {
-                        blob: p.blob,
-                        size: p.size,
-                    })
-                    .collect(),
-            };
+            let rec = completed_record(up, &chosen, full.as_ref(), expected.as_ref())?;
             // The chosen parts' blobs move to the object; the rest are dropped.
             let unlisted: Vec<&PartRow> = parts
                 .iter()
@@ -543,7 +420,7 @@ impl Store {
             record::charge(
                 conn,
                 &quota,
-                size as i64 - all_parts as i64 - old_size as i64,
+                rec.size as i64 - all_parts as i64 - old_size as i64,
                 i64::from(old.is_none()),
             )?;
             let unlisted_extents: Vec<Extent> = unlisted
@@ -565,7 +442,7 @@ impl Store {
         })
     }
 
-    fn full_object_checksum(
+    pub(crate) fn full_object_checksum(
         &self,
         bucket: &str,
         key: &str,
@@ -638,7 +515,7 @@ pub(crate) fn drop_bucket_uploads(
     completed::forget_bucket(conn, bucket)
 }
 
-fn drop_upload(
+pub(crate) fn drop_upload(
     conn: &Connection,
     fx: &mut crate::db::Effects,
     quota: &record::Quota,
@@ -658,4 +535,158 @@ fn drop_upload(
     conn.execute("DELETE FROM parts WHERE upload = ?1", [upload_id])?;
     conn.execute("DELETE FROM uploads WHERE id = ?1", [upload_id])?;
     Ok(())
+}
+
+/// Refuses an empty part list, or one not in ascending order.
+pub(crate) fn check_part_list(listed: &[CompletedPart]) -> Result<()> {
+    if listed.is_empty() {
+        return Err(StoreError::InvalidPart {
+            reason: "the part list is empty".into(),
+        });
+    }
+    if listed
+        .windows(2)
+        .any(|w| w[0].part_number >= w[1].part_number)
+    {
+        return Err(StoreError::InvalidPart {
+            reason: "parts must be listed in ascending order without repeats".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The parts `listed` names, each uploaded with a matching ETag and every
+/// one but the last at least [`MIN_PART_SIZE`].
+pub(crate) fn choose_parts<'a>(
+    parts: &'a [PartRow],
+    listed: &[CompletedPart],
+) -> Result<Vec<&'a PartRow>> {
+    let mut chosen: Vec<&PartRow> = Vec::with_capacity(listed.len());
+    for want in listed {
+        let part = parts
+            .iter()
+            .find(|p| p.number == want.part_number)
+            .ok_or_else(|| StoreError::InvalidPart {
+                reason: format!("part {} was not uploaded", want.part_number),
+            })?;
+        if !record::etag_matches(&want.etag, &part.etag) || want.etag.trim() == "*" {
+            return Err(StoreError::InvalidPart {
+                reason: format!("part {} has a different ETag", want.part_number),
+            });
+        }
+        chosen.push(part);
+    }
+    for p in &chosen[..chosen.len() - 1] {
+        if p.size < MIN_PART_SIZE {
+            return Err(StoreError::EntityTooSmall {
+                part_number: p.number,
+                size: p.size,
+            });
+        }
+    }
+    Ok(chosen)
+}
+
+/// The record an upload completes into from its `chosen` parts (extents:
+/// the parts' blobs, in order): the multipart ETag, the checksum of the
+/// upload's kind (`full`: the parts' blobs and their full-object checksum,
+/// when it has one), refused with `BadDigest` unless it is `expected`.
+pub(crate) fn completed_record(
+    up: UploadProps,
+    chosen: &[&PartRow],
+    full: Option<&(Vec<BlobId>, String)>,
+    expected: Option<&(ChecksumAlgorithm, String)>,
+) -> Result<Record> {
+    let mut md5s = md5::Md5::new();
+    for p in chosen {
+        let hex = p.etag.trim_matches('"');
+        md5s.update(crate::unhex(hex).ok_or_else(|| {
+            StoreError::Corrupt(format!("part {} has a malformed ETag", p.number))
+        })?);
+    }
+    let etag = format!("\"{}-{}\"", crate::hex(&md5s.finalize()), chosen.len());
+    let checksum = match (up.checksum_algorithm, up.checksum_type) {
+        (Some(alg), Some(ChecksumType::Composite)) => {
+            let mut digests = Vec::new();
+            for p in chosen {
+                let v = p
+                    .checksum
+                    .as_deref()
+                    .ok_or_else(|| StoreError::InvalidPart {
+                        reason: format!("part {} has no {} checksum", p.number, alg.as_str()),
+                    })?;
+                digests.push(alg.decode(v)?);
+            }
+            Some(Checksum {
+                algorithm: alg,
+                value: checksum::composite(alg, &digests),
+                kind: ChecksumType::Composite,
+            })
+        }
+        (Some(alg), Some(ChecksumType::FullObject)) => {
+            let (blobs, value) = full.cloned().ok_or_else(|| {
+                StoreError::Corrupt("full-object checksum was not computed".into())
+            })?;
+            if blobs != chosen.iter().map(|p| p.blob).collect::<Vec<_>>() {
+                return Err(StoreError::InvalidPart {
+                    reason: "parts changed while the upload completed".into(),
+                });
+            }
+            Some(Checksum {
+                algorithm: alg,
+                value,
+                kind: ChecksumType::FullObject,
+            })
+        }
+        _ => None,
+    };
+    if let Some((alg, want)) = expected {
+        let digest = |v: &str| v.trim().split('-').next().unwrap_or_default().to_string();
+        match &checksum {
+            Some(c) if c.algorithm == *alg && digest(&c.value) == digest(want) => {}
+            Some(c) if c.algorithm == *alg => {
+                return Err(StoreError::BadDigest {
+                    reason: format!(
+                        "the object's {} checksum is {}, not {want}",
+                        alg.as_str(),
+                        c.value
+                    ),
+                })
+            }
+            _ => {
+                return Err(StoreError::BadDigest {
+                    reason: format!(
+                        "the upload was not created with the {} checksum",
+                        alg.as_str()
+                    ),
+                })
+            }
+        }
+    }
+    let size: u64 = chosen.iter().map(|p| p.size).sum();
+    let rec = Record {
+        size,
+        etag,
+        modified_ns: record::now_ns(),
+        generation: record::new_generation(),
+        props: StoredProps {
+            props: up.props,
+            checksum,
+            parts: chosen
+                .iter()
+                .map(|p| PartSummary {
+                    size: p.size,
+                    checksum: p.checksum.clone(),
+                })
+                .collect(),
+        },
+        extents: chosen
+            .iter()
+            .map(|p| Extent {
+                blob: p.blob,
+                size: p.size,
+            })
+            .collect(),
+    };
+    Ok(rec)
 }

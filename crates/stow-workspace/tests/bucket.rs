@@ -290,3 +290,230 @@ fn portable_checkpoints_keep_file_properties() {
     let stale = ObjectBackend::head_object(&view, &r.bucket, "stale.txt").unwrap();
     assert_eq!(stale.props.content_type, None);
 }
+
+// ---- a kill during a file key's multipart completion ---------------------
+
+const FAULT_CHILD: &str = "STOW_WS_BUCKET_FAULT_CHILD";
+const BIG: usize = stow_store::MIN_PART_SIZE as usize;
+
+fn fault_quota() -> Option<ViewQuota> {
+    Some(ViewQuota {
+        max_bytes: 1 << 30,
+        max_objects: 1000,
+    })
+}
+
+fn joined_bytes() -> Vec<u8> {
+    let mut all = vec![b'A'; BIG];
+    all.extend_from_slice(b"tail");
+    all
+}
+
+/// The child of `a_kill_during_a_file_keys_multipart_completion_leaves_no_object`
+/// (a no-op unless `STOW_WS_BUCKET_FAULT_CHILD` names its directory):
+/// uploads `big.bin` in two parts, records the upload, and completes it;
+/// the fault point armed by the parent kills it on the way.
+#[test]
+fn fault_child() {
+    let Ok(dir) = std::env::var(FAULT_CHILD) else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let view = WorkspaceBucket::open_with_quota(&dir.join("root"), "wsb", fault_quota()).unwrap();
+    let up = ObjectBackend::create_upload(&view, "wsb", "big.bin", Default::default()).unwrap();
+    let mut listed = Vec::new();
+    for (n, body) in [(1, vec![b'A'; BIG]), (2, b"tail".to_vec())] {
+        let info = ObjectBackend::upload_part(
+            &view,
+            "wsb",
+            "big.bin",
+            &up.upload_id,
+            n,
+            &mut &body[..],
+            Default::default(),
+        )
+        .unwrap();
+        listed.push(format!("{n} {}", info.etag));
+    }
+    fs::write(
+        dir.join("upload"),
+        format!("{}\n{}", up.upload_id, listed.join("\n")),
+    )
+    .unwrap();
+    ObjectBackend::complete_upload_checked(
+        &view,
+        "wsb",
+        "big.bin",
+        &up.upload_id,
+        &parts_of(&listed),
+        stow_store::WriteCondition::Always,
+        None,
+    )
+    .unwrap();
+}
+
+fn parts_of(lines: &[String]) -> Vec<stow_store::CompletedPart> {
+    lines
+        .iter()
+        .map(|l| {
+            let (n, etag) = l.split_once(' ').unwrap();
+            stow_store::CompletedPart {
+                part_number: n.parse().unwrap(),
+                etag: etag.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Bytes of the in-flight uploads' parts of the primary bucket.
+fn parts_bytes(view: &WorkspaceBucket) -> u64 {
+    let uploads = ObjectBackend::list_uploads(view, "wsb", "", None, None, 100).unwrap();
+    uploads
+        .uploads
+        .iter()
+        .map(|u| {
+            ObjectBackend::list_parts(view, "wsb", &u.key, &u.upload_id, 0, 100)
+                .unwrap()
+                .parts
+                .iter()
+                .map(|p| p.size)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Usage is what is stored: the tree's files, the in-flight parts, and no
+/// private object.
+fn assert_usage_is_what_is_stored(view: &WorkspaceBucket, root: &Path) {
+    assert_eq!(
+        view.private_objects("wsb").unwrap(),
+        [],
+        "no leftover object"
+    );
+    let files = view.list_view("wsb").unwrap();
+    let tree: u64 = files.iter().map(|o| o.size).sum();
+    for f in &files {
+        assert_eq!(fs::metadata(root.join(&f.key)).unwrap().len(), f.size);
+    }
+    let usage = ObjectBackend::usage(view).unwrap();
+    assert_eq!(
+        (usage.bytes, usage.objects),
+        (tree + parts_bytes(view), files.len() as u64)
+    );
+}
+
+/// A file key's multipart completion killed between its steps (the parts
+/// joined into a staged file; the file renamed into place) leaves no
+/// private-store object behind, usage equal to what is stored, and the
+/// upload in flight, which a retry completes; a retry after that answers
+/// as the completion did.
+#[test]
+fn a_kill_during_a_file_keys_multipart_completion_leaves_no_object() {
+    use std::os::unix::process::ExitStatusExt;
+
+    for (point, file_after_kill) in [
+        ("bucket-complete-joined", b"old".to_vec()),
+        ("bucket-complete-installed", joined_bytes()),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        fs::create_dir(&root).unwrap();
+        fs::write(root.join("seed.txt"), b"seed").unwrap();
+        fs::write(root.join("big.bin"), b"old").unwrap();
+
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "fault_child", "--nocapture", "--test-threads=1"])
+            .env(FAULT_CHILD, tmp.path())
+            .env(stow_checkpoint::fault::VAR, point)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "{point}: killed at the fault point"
+        );
+
+        let view = WorkspaceBucket::open_with_quota(&root, "wsb", fault_quota()).unwrap();
+        assert_eq!(
+            fs::read(root.join("big.bin")).unwrap(),
+            file_after_kill,
+            "{point}"
+        );
+        assert_usage_is_what_is_stored(&view, &root);
+        assert_eq!(
+            parts_bytes(&view),
+            BIG as u64 + 4,
+            "{point}: the upload is in flight"
+        );
+
+        // The client's retry completes it.
+        let saved = fs::read_to_string(tmp.path().join("upload")).unwrap();
+        let mut lines = saved.lines().map(str::to_string);
+        let upload_id = lines.next().unwrap();
+        let listed = parts_of(&lines.collect::<Vec<_>>());
+        let complete = || {
+            ObjectBackend::complete_upload_checked(
+                &view,
+                "wsb",
+                "big.bin",
+                &upload_id,
+                &listed,
+                stow_store::WriteCondition::Always,
+                None,
+            )
+        };
+        let done = complete().unwrap();
+        assert!(done.etag.ends_with("-2\""), "{}", done.etag);
+        assert_eq!(fs::read(root.join("big.bin")).unwrap(), joined_bytes());
+        assert_eq!(parts_bytes(&view), 0);
+        assert_usage_is_what_is_stored(&view, &root);
+        let head = ObjectBackend::head_object(&view, "wsb", "big.bin").unwrap();
+        assert_eq!(
+            (head.etag.as_str(), head.parts.len()),
+            (done.etag.as_str(), 2)
+        );
+
+        // A retry after it (a lost reply) answers the same, changing nothing.
+        let again = complete().unwrap();
+        assert_eq!(again.etag, done.etag);
+        assert_usage_is_what_is_stored(&view, &root);
+        drop(view);
+
+        // Reopened: still nothing left over.
+        let view = WorkspaceBucket::open_with_quota(&root, "wsb", fault_quota()).unwrap();
+        assert_usage_is_what_is_stored(&view, &root);
+    }
+}
+
+/// A private object a file shadows (as a crash between an older version's
+/// two completion steps left one) is dropped at open; one at a path that
+/// holds no file is a visible object and stays.
+#[test]
+fn open_drops_private_objects_shadowed_by_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let view = WorkspaceBucket::open_with_quota(root, "wsb", fault_quota()).unwrap();
+    fs::create_dir(root.join("d")).unwrap();
+    // Written while `d` is a directory: private objects.
+    put(&view, "wsb", "d", b"private d").unwrap();
+    view.store()
+        .put_object("wsb", "f.txt", &mut &b"leftover"[..], PutOptions::default())
+        .unwrap();
+    fs::write(root.join("f.txt"), b"the file").unwrap();
+    drop(view);
+
+    let view = WorkspaceBucket::open_with_quota(root, "wsb", fault_quota()).unwrap();
+    let private: Vec<String> = view
+        .private_objects("wsb")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(private, ["d"]);
+    assert_eq!(view.read_bytes("wsb", "f.txt").unwrap().0, b"the file");
+    assert_eq!(view.read_bytes("wsb", "d").unwrap().0, b"private d");
+    let usage = ObjectBackend::usage(&view).unwrap();
+    assert_eq!((usage.bytes, usage.objects), (8 + 9, 2));
+}
