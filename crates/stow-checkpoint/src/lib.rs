@@ -71,6 +71,7 @@ pub mod history;
 mod materialize;
 mod objects;
 mod publish;
+pub mod status;
 mod tree;
 mod validate;
 

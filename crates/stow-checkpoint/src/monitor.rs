@@ -114,7 +114,10 @@ impl Kept {
         };
         changed.extend(self.pending);
         // The rules themselves changed, or the root went away.
-        if changed.contains("") || changed.contains(crate::ignorefile::IGNORE_FILE) {
+        if changed.contains("")
+            || changed.contains(crate::ignorefile::IGNORE_FILE)
+            || changed.contains(crate::ignorefile::GIT_IGNORE_FILE)
+        {
             return None;
         }
         // A hard-linked file can change through a name the watch does not

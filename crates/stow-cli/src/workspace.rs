@@ -378,6 +378,17 @@ pub enum WorkspaceCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// What changed in the tree since a checkpoint (default: the head).
+    Status {
+        /// The workspace (default: the one holding the current directory).
+        #[arg(long)]
+        id: Option<String>,
+        /// Compare with this checkpoint instead of the head.
+        #[arg(long)]
+        against: Option<String>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// The workspace's checkpoints, newest first, with messages and its head.
     Log {
         /// The workspace (default: the one holding the current directory).
@@ -605,6 +616,18 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 &registry,
                 &id,
                 keep_checkpoints,
+            )?)
+        }
+        C::Status {
+            id,
+            against,
+            registry,
+        } => {
+            let (id, registry) = registry.workspace(id)?;
+            json(stow_checkpoint::status::status(
+                &registry,
+                &id,
+                against.as_deref(),
             )?)
         }
         C::Log {

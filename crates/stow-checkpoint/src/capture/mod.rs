@@ -24,6 +24,7 @@ mod phases;
 mod produce;
 
 pub(crate) use admit::{admit, RetentionCaps};
+pub(crate) use produce::cached_digests;
 
 use serde::{Deserialize, Serialize};
 
@@ -160,7 +161,7 @@ pub(crate) fn capture_locked(
     let rules = if opts.spec.no_ignore {
         None
     } else {
-        crate::ignorefile::load(&rec.dir)?
+        crate::ignorefile::load(&rec.dir, rec.gitignore)?
     };
     let key = CaptureKey {
         include_sensitive: opts.spec.include_sensitive,
