@@ -125,7 +125,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 }
 
 fn name(root: &Path, f: u8) -> std::path::PathBuf {
-    root.join(if f % 2 == 0 { "src" } else { "src/deep" })
+    root.join(if f.is_multiple_of(2) { "src" } else { "src/deep" })
         .join(format!("f{f}"))
 }
 
