@@ -86,6 +86,12 @@ pub struct DiffResult {
     /// checkpoint has links).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub links: Option<Vec<LinkChange>>,
+    /// The `from` checkpoint's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_message: Option<String>,
+    /// The `to` checkpoint's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_message: Option<String>,
 }
 
 /// Differences between two checkpoints, sorted by path: `added`, `deleted`,
@@ -100,6 +106,8 @@ pub fn diff(registry: &Registry, from: &str, to: &str) -> Result<DiffResult> {
         buckets: portable.then(|| diff_buckets(&a.buckets, &b.buckets)),
         objects: portable.then(|| diff_objects(&a.objects, &b.objects)),
         links: (!a.links.is_empty() || !b.links.is_empty()).then(|| diff_links(&a.links, &b.links)),
+        from_message: a.message,
+        to_message: b.message,
     })
 }
 

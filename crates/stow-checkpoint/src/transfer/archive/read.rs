@@ -185,6 +185,9 @@ pub struct PreviewResult {
     /// Included paths that look sensitive (objects as `s3://bucket/key`),
     /// for review before import.
     pub sensitive_paths: Vec<String>,
+    /// The checkpoint's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 fn open_archive(path: &Path) -> Result<File> {
@@ -220,6 +223,7 @@ pub fn preview(archive: &Path, limits: ArchiveLimits) -> Result<PreviewResult> {
     let portable = m.version == 2;
     Ok(PreviewResult {
         version: 1,
+        message: m.message.clone(),
         checkpoint_id: m.id.clone(),
         workspace_id: m.workspace_id.clone(),
         parent_checkpoint_id: m.parent_id.clone(),
