@@ -222,6 +222,10 @@ fn committed(m: &CheckpointManifest, replayed: bool) -> KeyedEnvelope {
 
 /// Runs a keyed capture or resolution. Never returns `Err`: every failure
 /// is an envelope with a code, a phase and an outcome.
+///
+/// Long because a keyed request's steps (validate, look up the receipt,
+/// replay, lock, capture with the receipt) and the phase each failure
+/// reports belong in one reading order.
 pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
     let started = Instant::now();
     let key = req.request_key;

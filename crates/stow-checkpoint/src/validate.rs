@@ -15,6 +15,10 @@ const MAX_PAYLOAD_BYTES: u64 = 1 << 46;
 /// that never nest under one another, digests, modes, and for portable
 /// manifests valid unique buckets holding the primary and valid unique
 /// objects in them. Returns the reason a manifest is refused.
+///
+/// Long on purpose: the rules one after another, in the order a manifest
+/// is read; each is a few lines, and split up they would no longer read
+/// as one list.
 pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(), String> {
     let v2_fields = m.primary_bucket.is_some() || !m.buckets.is_empty() || !m.objects.is_empty();
     match m.version {

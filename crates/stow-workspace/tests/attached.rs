@@ -125,8 +125,12 @@ fn edit() -> impl Strategy<Value = Edit> {
 }
 
 fn name(root: &Path, f: u8) -> std::path::PathBuf {
-    root.join(if f.is_multiple_of(2) { "src" } else { "src/deep" })
-        .join(format!("f{f}"))
+    root.join(if f.is_multiple_of(2) {
+        "src"
+    } else {
+        "src/deep"
+    })
+    .join(format!("f{f}"))
 }
 
 fn apply(root: &Path, e: &Edit) {
