@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::prepare::{is_live, read_identity};
+use crate::identity::{is_live, read_identity};
 use stow_checkpoint::fsutil::{format_secs, now_secs, parse_time};
 use stow_checkpoint::registry::{Policy, Record, Registry};
 use stow_checkpoint::{Result, WsError};

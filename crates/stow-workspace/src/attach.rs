@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::describe::WorkspaceResult;
+use crate::identity::{
+    find_workspace, identity_path, is_live, new_workspace_id, read_identity, registry_base,
+    write_identity, Identity,
+};
 use crate::manifest::{DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::open::describe;
-use crate::prepare::{
-    find_workspace, identity_path, is_live, new_workspace_id, read_identity, registry_base,
-    write_identity, Identity, WorkspaceResult,
-};
 use stow_checkpoint::fsutil::{absolute, atomic_write, now_rfc3339, random_hex};
 use stow_checkpoint::registry::{min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK};
 use stow_checkpoint::{delete_workspace_checkpoints, summaries, Result, WsError};

@@ -6,8 +6,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::describe::WorkspaceResult;
 use crate::handoff::{adopt_document, AdoptOptions, HandoffArchive, HandoffDocument};
-use crate::prepare::WorkspaceResult;
 use stow_checkpoint::archive::ExportOptions;
 use stow_checkpoint::fsutil::{
     create_private_dir, fsync_dir, random_hex, rename_noreplace, write_new_file,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::describe::WorkspaceResult;
 use crate::manifest::check_new_root;
-use crate::prepare::WorkspaceResult;
 use crate::restore::{restore_as, RestoreLimits};
 use stow_checkpoint::archive::{
     export, file_sha256, import_with_digest, ArchiveLimits, Expectation, ExportOptions,

@@ -16,16 +16,19 @@
 pub mod admin;
 pub mod attach;
 pub mod bundle;
+mod describe;
 mod git;
 pub mod handoff;
+mod identity;
 pub mod manifest;
 pub mod open;
 mod prepare;
 pub mod restore;
 
-pub use manifest::{Plan, TaskManifest};
-pub use prepare::{
-    capabilities, claim_session, find_workspace, is_live, prepare, read_identity, Capabilities,
-    CheckpointLimits, Identity, RegistryBound, RepositoryResult, WorkspaceResult,
+pub use describe::{
+    capabilities, Capabilities, CheckpointLimits, RegistryBound, RepositoryResult, WorkspaceResult,
 };
+pub use identity::{claim_session, find_workspace, is_live, read_identity, Identity};
+pub use manifest::{Plan, TaskManifest};
+pub use prepare::prepare;
 pub use stow_checkpoint::{Registry, Result, WsError};

@@ -5,7 +5,8 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::prepare::{capabilities, claim_session, read_identity, RegistryBound, WorkspaceResult};
+use crate::describe::{capabilities, RegistryBound, WorkspaceResult};
+use crate::identity::{claim_session, read_identity};
 use stow_checkpoint::bucket::{ViewQuota, WorkspaceBucket};
 use stow_checkpoint::fsutil::{now_rfc3339, FileLock};
 use stow_checkpoint::registry::{authority_names, min_bound, Record, Registry, POLICY_VERSION};

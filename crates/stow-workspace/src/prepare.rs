@@ -6,12 +6,14 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
+use crate::describe::{capabilities, RegistryBound, RepositoryResult, WorkspaceResult};
 use crate::git;
+use crate::identity::{
+    claim_session, new_workspace_id, record_base_identity, registry_base, write_identity, Identity,
+};
 use crate::manifest::{Plan, TaskManifest};
 use stow_checkpoint::fsutil::{
-    atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex, FileLock,
+    atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex,
 };
 use stow_checkpoint::progress::PhaseClock;
 use stow_checkpoint::registry::{
@@ -19,200 +21,6 @@ use stow_checkpoint::registry::{
 };
 use stow_checkpoint::walk as tree;
 use stow_checkpoint::{Result, WsError};
-
-/// A resolved Git input, as reported in `repositories[]`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RepositoryResult {
-    /// Absolute top level of the source repository.
-    pub source: PathBuf,
-    pub destination: String,
-    #[serde(rename = "ref")]
-    pub reference: String,
-    pub commit: String,
-}
-
-/// Retention caps reported in capabilities (0 = unlimited).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct CheckpointLimits {
-    pub max_bytes: u64,
-    pub max_count: u64,
-}
-
-/// Registry headroom: with no bound `limit` is 0 and `remaining` is null.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct RegistryBound {
-    pub limit: u64,
-    pub count: u64,
-    pub remaining: Option<u64>,
-}
-
-impl RegistryBound {
-    /// The bound report for `limit` (0 = none) and `count` records.
-    pub fn new(limit: u64, count: u64) -> RegistryBound {
-        RegistryBound {
-            limit,
-            count,
-            remaining: (limit > 0).then(|| limit.saturating_sub(count)),
-        }
-    }
-}
-
-/// Effective capabilities of a workspace.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Capabilities {
-    pub backend: &'static str,
-    pub max_bytes: u64,
-    pub max_objects: u64,
-    pub persistent: bool,
-    pub multipart: bool,
-    pub upstream: bool,
-    pub checkpoint_limits: CheckpointLimits,
-    pub registry_bound: RegistryBound,
-}
-
-/// The launch descriptor of prepare, resume and restore.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkspaceResult {
-    pub version: u32,
-    pub workspace_id: String,
-    pub root: PathBuf,
-    pub working_directory: PathBuf,
-    pub bucket: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub registry_dir: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub team: Option<String>,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub seeded_bytes: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub seeded_objects: u64,
-    pub base_identity: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub repositories: Vec<RepositoryResult>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint_id: Option<String>,
-    pub capabilities: Capabilities,
-    pub authority: Vec<String>,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-/// The identity document kept at `<root>/.stow/workspace.json`; destroy
-/// checks it so a record can never delete a directory it does not name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Identity {
-    pub version: u32,
-    pub workspace_id: String,
-    pub bucket: String,
-    pub created: String,
-    pub owned: bool,
-    /// The `base_identity` of the tree the workspace was prepared (or
-    /// restored) with, so opening it never has to walk the tree.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_identity: Option<String>,
-    /// The registry directory (partition base) holding the record, so a
-    /// command run inside the workspace needs no `--registry-dir`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub registry_dir: Option<PathBuf>,
-    /// The record's team partition, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub team: Option<String>,
-}
-
-/// The identity file of the workspace rooted at `root`.
-pub fn identity_path(root: &Path) -> PathBuf {
-    root.join(".stow").join("workspace.json")
-}
-
-/// The workspace whose root is `dir` or its nearest ancestor holding an
-/// identity: its root and identity.
-pub fn find_workspace(dir: &Path) -> Option<(PathBuf, Identity)> {
-    dir.ancestors().find_map(|d| {
-        identity_path(d)
-            .is_file()
-            .then(|| read_identity(d).ok().map(|i| (d.to_path_buf(), i)))
-            .flatten()
-    })
-}
-
-/// Reads a workspace's identity document.
-pub fn read_identity(root: &Path) -> Result<Identity> {
-    let path = identity_path(root);
-    let bytes = fs::read(&path).map_err(|e| WsError::io_at("read workspace identity", &path, e))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| WsError::Corrupt(format!("workspace identity {}: {e}", path.display())))
-}
-
-/// Writes the identity document and provenance directory of a new root.
-pub(crate) fn write_identity(root: &Path, ident: &Identity) -> Result<()> {
-    let stow = root.join(".stow");
-    create_private_dir(&stow)?;
-    let bytes = serde_json::to_vec_pretty(ident)
-        .map_err(|e| WsError::InvalidRequest(format!("encode identity: {e}")))?;
-    atomic_write(&stow.join("workspace.json"), &bytes, 0o600)
-}
-
-/// Records the base identity of a new workspace in its identity document.
-pub(crate) fn record_base_identity(root: &Path, base_identity: &str) -> Result<()> {
-    let mut ident = read_identity(root)?;
-    ident.base_identity = Some(base_identity.to_string());
-    write_identity(root, &ident)
-}
-
-/// The registry base directory an identity records: the partition's
-/// directory without its `teams/<team>` suffix.
-pub(crate) fn registry_base(registry: &Registry) -> Option<PathBuf> {
-    let dir = registry.dir();
-    match registry.team() {
-        Some(_) => dir.parent().and_then(Path::parent).map(Path::to_path_buf),
-        None => Some(dir.to_path_buf()),
-    }
-}
-
-/// Takes the session lock of a workspace, refusing when a live owner holds it.
-pub fn claim_session(root: &Path, id: &str) -> Result<FileLock> {
-    let stow = root.join(".stow");
-    if !stow.is_dir() {
-        return Err(WsError::NotFound(format!(
-            "workspace directory {} (for {id})",
-            root.display()
-        )));
-    }
-    FileLock::try_lock(&stow.join("session.lock"))?.ok_or_else(|| WsError::InUse(id.to_string()))
-}
-
-/// Whether a live session holds the workspace (try-lock, then release).
-pub fn is_live(root: &Path) -> Result<bool> {
-    let stow = root.join(".stow");
-    if !stow.is_dir() {
-        return Ok(false);
-    }
-    Ok(FileLock::try_lock(&stow.join("session.lock"))?.is_none())
-}
-
-/// Capabilities of a record with a registry bound report.
-pub fn capabilities(rec: &Record, bound: RegistryBound) -> Capabilities {
-    Capabilities {
-        backend: "workspace",
-        max_bytes: rec.max_bytes,
-        max_objects: rec.max_objects,
-        persistent: true,
-        multipart: true,
-        upstream: false,
-        checkpoint_limits: CheckpointLimits {
-            max_bytes: rec.max_checkpoint_bytes,
-            max_count: rec.max_checkpoints,
-        },
-        registry_bound: bound,
-    }
-}
-
-/// A new workspace ID: `ws_` + 16 lowercase hex.
-pub fn new_workspace_id() -> String {
-    format!("ws_{}", random_hex(8))
-}
 
 /// Prepares a workspace from the manifest file at `manifest_path`.
 pub fn prepare(manifest_path: &Path) -> Result<WorkspaceResult> {

@@ -7,11 +7,11 @@ use std::path::Path;
 
 use stow_store::{ObjectProps, PutOptions};
 
-use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
-use crate::prepare::{
-    capabilities, claim_session, new_workspace_id, record_base_identity, registry_base,
-    write_identity, Identity, RegistryBound, WorkspaceResult,
+use crate::describe::{capabilities, RegistryBound, WorkspaceResult};
+use crate::identity::{
+    claim_session, new_workspace_id, record_base_identity, registry_base, write_identity, Identity,
 };
+use crate::manifest::{check_new_root, DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use stow_checkpoint::bucket::WorkspaceBucket;
 use stow_checkpoint::fsutil::{absolute, now_rfc3339, random_hex};
 use stow_checkpoint::registry::{
