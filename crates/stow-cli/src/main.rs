@@ -62,8 +62,16 @@ pub struct CliError {
 
 impl From<stow_store::StoreError> for CliError {
     fn from(e: stow_store::StoreError) -> Self {
+        use stow_store::StoreError as E;
+        // The CLI has always reported the two size limits under the codes
+        // of their broader kinds; the store's finer codes stay internal.
+        let code = match &e {
+            E::KeyTooLong { .. } => "invalid_key",
+            E::MetadataTooLarge { .. } => "invalid_metadata",
+            other => other.code(),
+        };
         CliError {
-            code: e.code().to_string(),
+            code: code.to_string(),
             message: e.to_string(),
         }
     }

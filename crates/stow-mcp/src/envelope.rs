@@ -279,7 +279,9 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
     use StoreError as E;
     let (code, save_outcome) = match e {
         E::InvalidKey { .. }
+        | E::KeyTooLong { .. }
         | E::InvalidMetadata { .. }
+        | E::MetadataTooLarge { .. }
         | E::InvalidArgument { .. }
         | E::InvalidCondition { .. }
         | E::InvalidBucketName { .. }
@@ -299,7 +301,9 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
     // (stderr) and answered generically.
     let detail = match e {
         E::InvalidKey { .. }
+        | E::KeyTooLong { .. }
         | E::InvalidMetadata { .. }
+        | E::MetadataTooLarge { .. }
         | E::InvalidArgument { .. }
         | E::InvalidCondition { .. }
         | E::InvalidBucketName { .. }
