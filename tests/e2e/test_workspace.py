@@ -214,6 +214,28 @@ def test_keyed_capture_envelope(stow_bin, workdir):
     assert rc == 1 and out["error"]["code"] == "invalid_request"
 
 
+
+def test_keyed_capture_omits_an_absent_parent(stow_bin, workdir):
+    """Output rule: an absent member is omitted, never null. A first keyed
+    checkpoint has no parent, so `parent_id` is not in its document (nor
+    in its replay or resolution); a child's names its parent."""
+    (workdir / "in").mkdir()
+    (workdir / "in" / "a.txt").write_text("alpha")
+    m = manifest(workdir / "t.json", root="w", registry_dir="reg",
+                 inputs=[{"source": "in", "destination": "."}])
+    p = ok(stow_bin, "prepare", "--manifest", m)
+    base = ["checkpoint", "--id", p["workspace_id"], "--registry-dir", workdir / "reg", "--timeout", "30s"]
+    for args in (["--request-key", "k-1"], ["--request-key", "k-1"], ["--request-key", "k-1", "--resolve"]):
+        rc, out, err = ws(stow_bin, *base, *args, check=False)
+        assert rc == 0, err
+        cp = out["result"]["checkpoint"]
+        assert "parent_id" not in cp, cp
+        assert None not in cp.values(), cp
+    first = cp["id"]
+    (workdir / "w" / "b.txt").write_text("beta")
+    child = ok(stow_bin, *base, "--request-key", "k-2", "--parent", first)
+    assert child["result"]["checkpoint"]["parent_id"] == first
+
 def test_restore_reproduces_bytes_and_modes(stow_bin, workdir):
     src = workdir / "in"
     (src / "bin").mkdir(parents=True)
