@@ -56,7 +56,8 @@ def test_linear_scenario(stow_bin, workdir):
     assert p1["root"] == str(workdir / "task1")
     assert p1["registry_dir"].startswith(str(workdir))
     assert (workdir / "task1" / "nested" / "second.txt").read_text() == "second"
-    assert p1["capabilities"]["registry_bound"] == {"limit": 0, "count": 1, "remaining": None}
+    # No bound: `remaining` is omitted, never null.
+    assert p1["capabilities"]["registry_bound"] == {"limit": 0, "count": 1}
     assert p1["capabilities"]["checkpoint_limits"] == {"max_bytes": 0, "max_count": 0}
     assert p1["base_identity"].startswith("sha256:")
     ws1 = p1["workspace_id"]

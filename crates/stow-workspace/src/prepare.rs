@@ -38,11 +38,13 @@ pub struct CheckpointLimits {
     pub max_count: u64,
 }
 
-/// Registry headroom: with no bound `limit` is 0 and `remaining` is null.
+/// Registry headroom: with no bound `limit` is 0 and `remaining` is
+/// absent (omitted, never null).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct RegistryBound {
     pub limit: u64,
     pub count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining: Option<u64>,
 }
 

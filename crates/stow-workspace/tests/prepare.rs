@@ -107,6 +107,8 @@ fn prepares_and_reports() {
         v["capabilities"]["registry_bound"],
         serde_json::json!({"limit":2,"count":1,"remaining":1})
     );
+    let unbounded = serde_json::to_value(stow_workspace::RegistryBound::new(0, 4)).unwrap();
+    assert_eq!(unbounded, serde_json::json!({"limit":0,"count":4}));
     assert_eq!(v["capabilities"]["upstream"], false);
     assert!(v["authority"]
         .as_array()
