@@ -927,6 +927,7 @@ def test_adopting_a_bundle_of_the_same_server_reuses_its_checkpoint(stow_bin, wo
             env = await s.export(wid, cp, "b1")
             assert env["outcome"] == "committed" and "error" not in env, env
             held = (checkpoint_dirs(reg), tree(reg / ".stow" / "checkpoints"), tree(blobs))
+            assert all(held), "the registry's checkpoints and blobs are where this test looks"
             adopted = []
             for dest in ("d1", "d2"):
                 env = await s.adopt("b1", dest)

@@ -435,14 +435,10 @@ fn held_identical(
     Ok(Some(CheckpointResult::of(&ours, 0)))
 }
 
-/// Whether two manifests say exactly the same thing (every member, as
-/// they are encoded).
-pub(crate) fn same_manifest(a: &CheckpointManifest, b: &CheckpointManifest) -> Result<bool> {
-    let encode = |m: &CheckpointManifest| {
-        serde_json::to_value(m)
-            .map_err(|e| WsError::Corrupt(format!("cannot encode manifest {}: {e}", m.id)))
-    };
-    Ok(encode(a)? == encode(b)?)
+/// Whether two manifests say exactly the same thing: their canonical
+/// documents (as an archive or a remote stores them) are equal.
+fn same_manifest(a: &CheckpointManifest, b: &CheckpointManifest) -> Result<bool> {
+    Ok(super::manifest_document(a)? == super::manifest_document(b)?)
 }
 
 /// Admits a checkpoint from outside (an archive, a remote) into
