@@ -194,4 +194,17 @@ mod tests {
             assert_eq!(super::parse_duration(bad), None, "{bad}");
         }
     }
+
+    #[test]
+    fn store_size_limits_keep_their_cli_codes() {
+        use stow_store::StoreError as E;
+        let code = |e: E| super::CliError::from(e).code;
+        assert_eq!(code(E::KeyTooLong { len: 2, limit: 1 }), "invalid_key");
+        assert_eq!(
+            code(E::MetadataTooLarge { size: 2, limit: 1 }),
+            "invalid_metadata"
+        );
+        assert_eq!(code(E::InvalidKey { reason: "r" }), "invalid_key");
+        assert_eq!(code(E::Conflict), "conflict");
+    }
 }
