@@ -905,6 +905,48 @@ def test_export_then_adopt_in_another_registry(stow_bin, workdir, era):
     arun(fresh())
 
 
+
+def test_adopting_a_bundle_of_the_same_server_reuses_its_checkpoint(stow_bin, workdir):
+    """A bundle exported by this very server names a checkpoint its
+    registry holds, with the same manifest: adopt reuses it (nothing is
+    written to the checkpoints or blobs) and restores it, as often as
+    asked. A plain `workspace import` of the same archive still refuses
+    the existing ID."""
+    files = {"a.txt": b"alpha", "nested/b.txt": b"bravo!"}
+    p = prepare(stow_bin, workdir, files, root="w", registry="reg")
+    reg, wid = workdir / "reg", p["workspace_id"]
+    exp, adp = workdir / "export", workdir / "adopt"
+    exp.mkdir()
+    adp.mkdir()
+    blobs = reg / ".stow" / "blobs"
+
+    async def scenario():
+        extra = ["--export-root", exp, "--adopt-root", adp]
+        async with ws_session(stow_bin, reg, wid, "legacy", extra) as s:
+            cp = assert_committed_capture(await s.create(wid, "x-1"), wid, replayed=False, files=2)
+            env = await s.export(wid, cp, "b1")
+            assert env["outcome"] == "committed" and "error" not in env, env
+            held = (checkpoint_dirs(reg), tree(reg / ".stow" / "checkpoints"), tree(blobs))
+            assert all(held), "the registry's checkpoints and blobs are where this test looks"
+            adopted = []
+            for dest in ("d1", "d2"):
+                env = await s.adopt("b1", dest)
+                assert env["outcome"] == "committed" and "error" not in env, env
+                assert env["origin_checkpoint_id"] == cp
+                new_id = env["workspace"]["workspace_id"]
+                assert WS_ID.fullmatch(new_id) and new_id != wid and new_id not in adopted
+                adopted.append(new_id)
+                assert (await s.inspect_ws(new_id))["outcome"] == "ok"
+                assert tree(adp / dest) == tree(pathlib.Path(p["root"]))
+                assert (checkpoint_dirs(reg), tree(reg / ".stow" / "checkpoints"), tree(blobs)) == held
+            return cp
+
+    cp = arun(scenario())
+    rc, out, _ = ws(stow_bin, "import", "--archive", exp / "b1" / "checkpoint.tar.gz",
+                    "--registry-dir", reg, check=False)
+    assert rc == 1 and out["error"]["code"] == "already_exists", out
+    assert cp in visible_checkpoints(reg)
+
 # ---------------------------------------------------------------- 8. SIGKILL during a capture
 
 KILL_ROUNDS = 10

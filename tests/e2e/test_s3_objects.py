@@ -54,6 +54,42 @@ def test_put_get_round_trip(s3):
     assert code_of(e) == ("NoSuchKey", 404)
 
 
+
+def test_key_and_metadata_limits_have_their_own_codes(s3):
+    """A key over 1024 bytes is KeyTooLongError and user metadata over
+    2 KiB (keys and values together) is MetadataTooLarge, both 400, on
+    every write that names a key or carries metadata; nothing is stored."""
+    s3.create_bucket(Bucket="limits")
+    s3.put_object(Bucket="limits", Key="k" * 1024, Body=b"x")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="limits", Key="k" * 1025, Body=b"x")
+    assert code_of(e) == ("KeyTooLongError", 400)
+    # Bytes, not characters: 513 two-byte characters are 1026 bytes.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="limits", Key="\u00e9" * 513, Body=b"x")
+    assert code_of(e) == ("KeyTooLongError", 400)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_multipart_upload(Bucket="limits", Key="m" * 1025)
+    assert code_of(e) == ("KeyTooLongError", 400)
+
+    # "big" (3 bytes) + 2045 bytes is exactly 2 KiB; one more is too much.
+    s3.put_object(Bucket="limits", Key="at-limit", Body=b"x", Metadata={"big": "v" * 2045})
+    assert s3.head_object(Bucket="limits", Key="at-limit")["Metadata"] == {"big": "v" * 2045}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="limits", Key="over", Body=b"x", Metadata={"big": "v" * 2046})
+    assert code_of(e) == ("MetadataTooLarge", 400)
+    # Many small entries count together.
+    many = {f"m{i:02d}": "v" * 100 for i in range(25)}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="limits", Key="over", Body=b"x", Metadata=many)
+    assert code_of(e) == ("MetadataTooLarge", 400)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket="limits", Key="over", CopySource="limits/at-limit",
+                       MetadataDirective="REPLACE", Metadata={"big": "v" * 3000})
+    assert code_of(e) == ("MetadataTooLarge", 400)
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="limits")["Contents"])
+    assert keys == ["at-limit", "k" * 1024]
+
 def test_ranges(s3):
     s3.create_bucket(Bucket="rng")
     s3.put_object(Bucket="rng", Key="d", Body=b"0123456789")

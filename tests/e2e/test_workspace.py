@@ -56,6 +56,7 @@ def test_linear_scenario(stow_bin, workdir):
     assert p1["root"] == str(workdir / "task1")
     assert p1["registry_dir"].startswith(str(workdir))
     assert (workdir / "task1" / "nested" / "second.txt").read_text() == "second"
+    # No bound: `remaining` is null (the spec's rule for registry_bound).
     assert p1["capabilities"]["registry_bound"] == {"limit": 0, "count": 1, "remaining": None}
     assert p1["capabilities"]["checkpoint_limits"] == {"max_bytes": 0, "max_count": 0}
     assert p1["base_identity"].startswith("sha256:")
@@ -213,6 +214,28 @@ def test_keyed_capture_envelope(stow_bin, workdir):
                     "--request-key", "k-2", check=False)
     assert rc == 1 and out["error"]["code"] == "invalid_request"
 
+
+
+def test_keyed_capture_omits_an_absent_parent(stow_bin, workdir):
+    """Output rule: an absent member is omitted, never null. A first keyed
+    checkpoint has no parent, so `parent_id` is not in its document (nor
+    in its replay or resolution); a child's names its parent."""
+    (workdir / "in").mkdir()
+    (workdir / "in" / "a.txt").write_text("alpha")
+    m = manifest(workdir / "t.json", root="w", registry_dir="reg",
+                 inputs=[{"source": "in", "destination": "."}])
+    p = ok(stow_bin, "prepare", "--manifest", m)
+    base = ["checkpoint", "--id", p["workspace_id"], "--registry-dir", workdir / "reg", "--timeout", "30s"]
+    for args in (["--request-key", "k-1"], ["--request-key", "k-1"], ["--request-key", "k-1", "--resolve"]):
+        rc, out, err = ws(stow_bin, *base, *args, check=False)
+        assert rc == 0, err
+        cp = out["result"]["checkpoint"]
+        assert "parent_id" not in cp, cp
+        assert None not in cp.values(), cp
+    first = cp["id"]
+    (workdir / "w" / "b.txt").write_text("beta")
+    child = ok(stow_bin, *base, "--request-key", "k-2", "--parent", first)
+    assert child["result"]["checkpoint"]["parent_id"] == first
 
 def test_restore_reproduces_bytes_and_modes(stow_bin, workdir):
     src = workdir / "in"

@@ -588,9 +588,17 @@ def test_handoff_through_a_remote(stow_bin, workdir, service):
     assert a["registry_dir"] == str(workdir / "regB" / "teams" / "platform")
     assert tree(workdir / "adopted") == tree(root)
     assert checkpoint_ids(workdir / "regB" / "teams" / "platform") == [cp]
-    # A second adopt reuses the checkpoint it has.
-    a2 = ok(stow_bin, "adopt", "--handoff", h, "--root", workdir / "adopted2", *regB, env=clean_env())
+    # A second adopt reuses the checkpoint it has, once the remote's
+    # manifest proves to be the same: it asks the remote (so it needs the
+    # keys), downloads and writes nothing.
+    state = workdir / "regB" / "teams" / "platform" / ".stow"
+    held = [tree(state / "checkpoints"), tree(state / "blobs")]
+    assert all(held), "the registry's checkpoints and blobs are where this test looks"
+    err = fail(stow_bin, "adopt", "--handoff", h, "--root", workdir / "adopted2", *regB, env=clean_env())
+    assert err["code"] == "remote_auth" and not (workdir / "adopted2").exists()
+    a2 = ok(stow_bin, "adopt", "--handoff", h, "--root", workdir / "adopted2", *regB, env=env)
     assert a2["checkpoint_id"] == cp and tree(workdir / "adopted2") == tree(root)
+    assert [tree(state / "checkpoints"), tree(state / "blobs")] == held
 
     # A document whose workspace disagrees with the remote's checkpoint.
     forged = workdir / "forged.json"

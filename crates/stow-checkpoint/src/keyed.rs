@@ -32,6 +32,8 @@ pub struct KeyedCheckpoint {
     pub version: u32,
     pub id: String,
     pub workspace_id: String,
+    /// The parent checkpoint; absent (never null) for a first checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
     pub created: String,
     pub files: u64,

@@ -89,7 +89,15 @@ impl CliError {
 
 impl From<stow_store::StoreError> for CliError {
     fn from(e: stow_store::StoreError) -> Self {
-        CliError::new(e.code().to_string(), e.to_string())
+        use stow_store::StoreError as E;
+        // The CLI has always reported the two size limits under the codes
+        // of their broader kinds; the store's finer codes stay internal.
+        let code = match &e {
+            E::KeyTooLong { .. } => "invalid_key",
+            E::MetadataTooLarge { .. } => "invalid_metadata",
+            other => other.code(),
+        };
+        CliError::new(code, e.to_string())
     }
 }
 
@@ -212,5 +220,18 @@ mod tests {
         for bad in ["", "soon", "-1", "NaN", "inf", "1e400"] {
             assert_eq!(super::parse_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn store_size_limits_keep_their_cli_codes() {
+        use stow_store::StoreError as E;
+        let code = |e: E| super::CliError::from(e).code;
+        assert_eq!(code(E::KeyTooLong { len: 2, limit: 1 }), "invalid_key");
+        assert_eq!(
+            code(E::MetadataTooLarge { size: 2, limit: 1 }),
+            "invalid_metadata"
+        );
+        assert_eq!(code(E::InvalidKey { reason: "r" }), "invalid_key");
+        assert_eq!(code(E::Conflict), "conflict");
     }
 }

@@ -279,7 +279,9 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
     use StoreError as E;
     let (code, save_outcome) = match e {
         E::InvalidKey { .. }
+        | E::KeyTooLong { .. }
         | E::InvalidMetadata { .. }
+        | E::MetadataTooLarge { .. }
         | E::InvalidArgument { .. }
         | E::InvalidCondition { .. }
         | E::InvalidBucketName { .. }
@@ -299,7 +301,9 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
     // (stderr) and answered generically.
     let detail = match e {
         E::InvalidKey { .. }
+        | E::KeyTooLong { .. }
         | E::InvalidMetadata { .. }
+        | E::MetadataTooLarge { .. }
         | E::InvalidArgument { .. }
         | E::InvalidCondition { .. }
         | E::InvalidBucketName { .. }
@@ -365,6 +369,21 @@ mod tests {
         assert!(!m.detail.contains("/secret"));
         let m = map_store_error(&StoreError::NoSuchBucket { bucket: "b".into() });
         assert_eq!(m.code, Code::Unavailable);
+        // The size limits are refusals of the input, explained to the caller.
+        for e in [
+            StoreError::KeyTooLong {
+                len: 1025,
+                limit: 1024,
+            },
+            StoreError::MetadataTooLarge {
+                size: 2049,
+                limit: 2048,
+            },
+        ] {
+            let m = map_store_error(&e);
+            assert_eq!((m.code, m.save_outcome), (Code::Invalid, Outcome::Unknown));
+            assert_eq!(m.detail, e.to_string());
+        }
     }
 
     #[test]

@@ -161,8 +161,68 @@ pub(crate) fn resolve(profile: Option<&str>) -> Result<Resolved, String> {
     }
 }
 
+/// Serializes the tests that set the process environment the chain reads.
+#[cfg(test)]
+pub(crate) mod test_env {
+    use std::sync::{Mutex, MutexGuard};
+
+    /// Every variable the chain (and `S3Remote::open`) reads.
+    pub const VARS: &[&str] = &[
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "HOME",
+    ];
+
+    static LOCK: Mutex<()> = Mutex::new(());
+
+    /// Holds the environment for one test: every variable of [`VARS`]
+    /// cleared on entry, and restored to the process's values on drop.
+    pub struct Env {
+        saved: Vec<(&'static str, Option<std::ffi::OsString>)>,
+        _guard: MutexGuard<'static, ()>,
+    }
+
+    impl Env {
+        pub fn clean() -> Env {
+            let guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let saved = VARS.iter().map(|v| (*v, std::env::var_os(v))).collect();
+            for v in VARS {
+                std::env::remove_var(v);
+            }
+            Env {
+                saved,
+                _guard: guard,
+            }
+        }
+
+        pub fn set(&self, name: &str, value: impl AsRef<std::ffi::OsStr>) {
+            std::env::set_var(name, value);
+        }
+    }
+
+    impl Drop for Env {
+        fn drop(&mut self) {
+            for (name, value) in &self.saved {
+                match value {
+                    Some(v) => std::env::set_var(name, v),
+                    None => std::env::remove_var(name),
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_env::Env;
     use super::*;
 
     #[test]
@@ -185,5 +245,135 @@ mod tests {
         };
         let shown = format!("{k:?} {:?}", Some(k.clone()));
         assert!(!shown.contains("very-secret") && !shown.contains("AKIDVISIBLE"));
+    }
+
+    const CONFIG: &str = "[default]\nregion = us-west-2\n\n[profile dev]\nregion = eu-west-1\n\n[profile onlyconfig]\naws_access_key_id = CFG_AK\naws_secret_access_key = CFG_SK\n\n[profile nokeys]\nregion = ap-south-1\n";
+    const CREDENTIALS: &str = "[default]\naws_access_key_id = DEF_AK\naws_secret_access_key = DEF_SK\n\n[dev]\naws_access_key_id = DEV_AK\naws_secret_access_key = DEV_SK\naws_session_token = DEV_TOKEN\n";
+
+    /// A clean environment whose shared files are temp files (and whose
+    /// HOME is an empty temp directory, so `~/.aws` is never the user's).
+    fn with_files(env: &Env, dir: &std::path::Path) {
+        let config = dir.join("config");
+        let creds = dir.join("credentials");
+        std::fs::write(&config, CONFIG).unwrap();
+        std::fs::write(&creds, CREDENTIALS).unwrap();
+        env.set("HOME", dir.join("home"));
+        env.set("AWS_CONFIG_FILE", &config);
+        env.set("AWS_SHARED_CREDENTIALS_FILE", &creds);
+    }
+
+    fn keys(r: &Resolved) -> (String, String, Option<String>) {
+        let k = r.keys.clone().expect("keys");
+        (k.access_key_id, k.secret_access_key, k.session_token)
+    }
+
+    #[test]
+    fn nothing_set_finds_no_keys() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        env.set("HOME", dir.path());
+        let r = resolve(None).unwrap();
+        assert!(r.keys.is_none());
+        assert_eq!(r.profile_region, None);
+    }
+
+    #[test]
+    fn environment_keys_beat_the_default_profile_but_not_its_region() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        with_files(&env, dir.path());
+        env.set("AWS_ACCESS_KEY_ID", "ENV_AK");
+        env.set("AWS_SECRET_ACCESS_KEY", "ENV_SK");
+        env.set("AWS_SESSION_TOKEN", "ENV_TOKEN");
+        let r = resolve(None).unwrap();
+        assert_eq!(r.source, "environment");
+        assert_eq!(
+            keys(&r),
+            ("ENV_AK".into(), "ENV_SK".into(), Some("ENV_TOKEN".into()))
+        );
+        assert_eq!(r.profile_region.as_deref(), Some("us-west-2"));
+    }
+
+    #[test]
+    fn half_of_the_environment_keys_is_ignored() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        with_files(&env, dir.path());
+        env.set("AWS_ACCESS_KEY_ID", "ENV_AK");
+        env.set("AWS_SECRET_ACCESS_KEY", "");
+        let r = resolve(None).unwrap();
+        assert_eq!(r.source, "profile default");
+        assert_eq!(keys(&r), ("DEF_AK".into(), "DEF_SK".into(), None));
+    }
+
+    #[test]
+    fn aws_profile_picks_a_profile_of_both_files() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        with_files(&env, dir.path());
+        env.set("AWS_PROFILE", "dev");
+        let r = resolve(None).unwrap();
+        assert_eq!(r.source, "profile dev");
+        assert_eq!(
+            keys(&r),
+            ("DEV_AK".into(), "DEV_SK".into(), Some("DEV_TOKEN".into()))
+        );
+        // The region comes from the config file's `[profile dev]`.
+        assert_eq!(r.profile_region.as_deref(), Some("eu-west-1"));
+
+        // Keys may live in the config file alone.
+        env.set("AWS_PROFILE", "onlyconfig");
+        assert_eq!(
+            keys(&resolve(None).unwrap()),
+            ("CFG_AK".into(), "CFG_SK".into(), None)
+        );
+    }
+
+    #[test]
+    fn aws_profile_without_keys_is_refused() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        with_files(&env, dir.path());
+        for name in ["nokeys", "absent"] {
+            env.set("AWS_PROFILE", name);
+            let err = resolve(None).unwrap_err();
+            assert!(err.starts_with(&format!("AWS_PROFILE={name} ")), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_explicit_profile_beats_the_environment() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        with_files(&env, dir.path());
+        env.set("AWS_ACCESS_KEY_ID", "ENV_AK");
+        env.set("AWS_SECRET_ACCESS_KEY", "ENV_SK");
+        env.set("AWS_PROFILE", "onlyconfig");
+        let r = resolve(Some("dev")).unwrap();
+        assert_eq!(r.source, "profile dev");
+        assert_eq!(keys(&r).0, "DEV_AK");
+        assert_eq!(r.profile_region.as_deref(), Some("eu-west-1"));
+
+        let missing = resolve(Some("absent")).unwrap_err();
+        assert!(missing.contains("profile absent is not in"), "{missing}");
+        let keyless = resolve(Some("nokeys")).unwrap_err();
+        assert!(keyless.contains("has no aws_access_key_id"), "{keyless}");
+    }
+
+    #[test]
+    fn the_default_files_live_under_home() {
+        let env = Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        let aws = dir.path().join(".aws");
+        std::fs::create_dir(&aws).unwrap();
+        std::fs::write(aws.join("credentials"), CREDENTIALS).unwrap();
+        std::fs::write(aws.join("config"), CONFIG).unwrap();
+        env.set("HOME", dir.path());
+        let r = resolve(None).unwrap();
+        assert_eq!(keys(&r).0, "DEF_AK");
+        assert_eq!(r.profile_region.as_deref(), Some("us-west-2"));
+        // An empty file variable falls back to the default place too.
+        env.set("AWS_SHARED_CREDENTIALS_FILE", "");
+        assert_eq!(keys(&resolve(None).unwrap()).0, "DEF_AK");
     }
 }

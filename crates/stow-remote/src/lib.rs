@@ -407,3 +407,235 @@ impl Read for StreamReader {
         Ok(n)
     }
 }
+
+/// The error mapping, end to end through `object_store`'s real S3 client:
+/// its HTTP service is replaced by one that answers every request with a
+/// canned response or transport failure, so nothing touches the network.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::client::{
+        HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+        HttpResponseBody, HttpService,
+    };
+
+    /// What the fake service answers.
+    #[derive(Debug, Clone)]
+    enum Answer {
+        /// An HTTP response: status and XML body.
+        Status(u16, &'static str),
+        /// A transport failure of this kind, caused by this I/O error.
+        Fail(HttpErrorKind, std::io::ErrorKind),
+        /// No answer, ever.
+        Hang,
+    }
+
+    #[derive(Debug)]
+    struct Canned(Answer);
+
+    #[async_trait::async_trait]
+    impl HttpService for Canned {
+        async fn call(&self, _req: HttpRequest) -> Result<HttpResponse, HttpError> {
+            match &self.0 {
+                Answer::Status(status, body) => Ok(http::Response::builder()
+                    .status(*status)
+                    .header("content-type", "application/xml")
+                    .body(HttpResponseBody::from(body.to_string()))
+                    .expect("a valid response")),
+                Answer::Fail(kind, io) => Err(HttpError::new(*kind, std::io::Error::from(*io))),
+                Answer::Hang => std::future::pending().await,
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct CannedConnector(Answer);
+
+    impl HttpConnector for CannedConnector {
+        fn connect(&self, _: &ClientOptions) -> object_store::Result<HttpClient> {
+            Ok(HttpClient::new(Canned(self.0.clone())))
+        }
+    }
+
+    fn remote(answer: Answer) -> S3Remote {
+        let store = AmazonS3Builder::new()
+            .with_bucket_name("bkt")
+            .with_region("us-east-1")
+            .with_endpoint("http://remote.invalid")
+            .with_allow_http(true)
+            .with_access_key_id("AK")
+            .with_secret_access_key("SK")
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: 0,
+                retry_timeout: Duration::from_secs(5),
+            })
+            .with_http_connector(CannedConnector(answer))
+            .build()
+            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        S3Remote {
+            store,
+            runtime: Arc::new(runtime),
+            bucket: "bkt".into(),
+            prefix: "pre".into(),
+            deadline: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    fn s3_error(code: &str) -> String {
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>m</Message></Error>")
+    }
+
+    fn leak(s: String) -> &'static str {
+        Box::leak(s.into_boxed_str())
+    }
+
+    fn status(code: u16, s3_code: &str) -> Answer {
+        Answer::Status(code, leak(s3_error(s3_code)))
+    }
+
+    fn small() -> Body {
+        Body::Bytes(b"x".to_vec())
+    }
+
+    #[test]
+    fn a_missing_key_is_absent_and_a_missing_bucket_is_an_error() {
+        let r = remote(status(404, "NoSuchKey"));
+        assert!(r.head("k").unwrap().is_none());
+        assert!(r.get("k").unwrap().is_none());
+
+        let r = remote(status(404, "NoSuchBucket"));
+        let err = r.get("k").err().expect("refused");
+        assert_eq!(err.code(), "remote_no_bucket");
+        assert!(err.message.contains("bucket does not exist"), "{err}");
+        assert_eq!(r.list("x/").unwrap_err().code(), "remote_no_bucket");
+    }
+
+    #[test]
+    fn a_refused_create_only_put_means_the_key_exists() {
+        for answer in [
+            status(412, "PreconditionFailed"),
+            status(409, "ConditionalRequestConflict"),
+            Answer::Status(304, ""),
+        ] {
+            let r = remote(answer.clone());
+            assert_eq!(
+                r.create("k", small(), "").unwrap(),
+                Created::AlreadyExists,
+                "{answer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn refused_credentials_are_auth_failures() {
+        for (code, s3_code) in [
+            (403, "AccessDenied"),
+            (403, "InvalidAccessKeyId"),
+            (403, "SignatureDoesNotMatch"),
+            (401, "Unauthorized"),
+            (400, "ExpiredToken"),
+        ] {
+            let r = remote(status(code, s3_code));
+            let err = r.create("k", small(), "").unwrap_err();
+            assert_eq!(err.code(), "remote_auth", "{code} {s3_code}: {err}");
+            assert!(err.message.contains("check the credentials"), "{err}");
+            // A refused listing is `Generic` in object_store: its status
+            // and body still say what happened.
+            assert_eq!(r.list("x/").unwrap_err().code(), "remote_auth", "{s3_code}");
+        }
+    }
+
+    #[test]
+    fn slow_down_is_throttling() {
+        for answer in [
+            status(503, "SlowDown"),
+            Answer::Status(503, ""),
+            status(400, "ThrottlingException"),
+            Answer::Status(429, ""),
+        ] {
+            let r = remote(answer.clone());
+            let err = r.create("k", small(), "").unwrap_err();
+            assert_eq!(err.code(), "remote_throttled", "{answer:?}: {err}");
+            assert_eq!(r.list("x/").unwrap_err().code(), "remote_throttled");
+        }
+    }
+
+    #[test]
+    fn transport_failures_are_unreachable_or_timeout() {
+        use std::io::ErrorKind as Io;
+        for (answer, code) in [
+            (
+                Answer::Fail(HttpErrorKind::Connect, Io::ConnectionRefused),
+                "remote_unreachable",
+            ),
+            // A refusal below a failure object_store did not classify.
+            (
+                Answer::Fail(HttpErrorKind::Unknown, Io::ConnectionRefused),
+                "remote_unreachable",
+            ),
+            (
+                Answer::Fail(HttpErrorKind::Timeout, Io::TimedOut),
+                "remote_timeout",
+            ),
+            (
+                Answer::Fail(HttpErrorKind::Interrupted, Io::ConnectionReset),
+                "remote_failed",
+            ),
+        ] {
+            let r = remote(answer.clone());
+            assert_eq!(r.head("k").unwrap_err().code(), code, "{answer:?}");
+            assert_eq!(r.list("x/").unwrap_err().code(), code, "{answer:?}");
+        }
+    }
+
+    #[test]
+    fn other_answers_are_plain_failures() {
+        for answer in [
+            status(500, "InternalError"),
+            status(400, "InvalidArgument"),
+            // A key that merely mentions a code is not that code.
+            status(404, "NoSuchKey"),
+        ] {
+            let r = remote(answer.clone());
+            let err = r.create("NoSuchBucket-SlowDown", small(), "").unwrap_err();
+            assert_eq!(err.code(), "remote_failed", "{answer:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_overall_deadline_is_a_timeout() {
+        let mut r = remote(Answer::Hang);
+        r.deadline = Instant::now() + Duration::from_millis(50);
+        let err = r.head("k").unwrap_err();
+        assert_eq!(err.code(), "remote_timeout");
+        assert!(err.message.contains("--timeout"), "{err}");
+    }
+
+    #[test]
+    fn opening_a_remote_of_another_service_needs_credentials() {
+        let env = credentials::test_env::Env::clean();
+        let dir = tempfile::tempdir().unwrap();
+        env.set("HOME", dir.path());
+        let spec = RemoteSpec {
+            url: "s3://bkt/pre".into(),
+            endpoint_url: Some("http://127.0.0.1:9".into()),
+            region: None,
+            profile: None,
+        };
+        let err = S3Remote::open(&spec, Instant::now() + Duration::from_secs(5))
+            .err()
+            .expect("refused");
+        assert_eq!(err.code(), "remote_auth");
+        assert!(err.message.contains("no credentials found"), "{err}");
+        // With keys in the environment it opens (nothing is contacted).
+        env.set("AWS_ACCESS_KEY_ID", "AK");
+        env.set("AWS_SECRET_ACCESS_KEY", "SK");
+        assert!(S3Remote::open(&spec, Instant::now() + Duration::from_secs(5)).is_ok());
+    }
+}

@@ -11,10 +11,8 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
         E::BucketNotEmpty { .. } => S3ErrorCode::BucketNotEmpty,
         E::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
-        E::InvalidKey { reason } if reason.contains("1024") => S3ErrorCode::KeyTooLongError,
-        E::InvalidMetadata { reason } if reason.contains("limit is") => {
-            S3ErrorCode::MetadataTooLarge
-        }
+        E::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
+        E::MetadataTooLarge { .. } => S3ErrorCode::MetadataTooLarge,
         E::InvalidKey { .. }
         | E::InvalidMetadata { .. }
         | E::InvalidArgument { .. }
@@ -69,4 +67,241 @@ pub fn to_s3(e: StoreError) -> S3Error {
         }
     };
     S3Error::with_message(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+    use std::io;
+
+    fn db_full() -> StoreError {
+        StoreError::Db(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        ))
+    }
+
+    /// Every arm of [`to_s3`]: the wire code and the HTTP status a client
+    /// sees for each store error.
+    #[test]
+    fn every_store_error_has_its_wire_code_and_status() {
+        use S3ErrorCode as C;
+        use StoreError as E;
+        let storage = || C::Custom("InsufficientStorage".into());
+        let table: Vec<(StoreError, S3ErrorCode, StatusCode)> = vec![
+            (
+                E::NoSuchBucket { bucket: "b".into() },
+                C::NoSuchBucket,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                E::NoSuchKey {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                },
+                C::NoSuchKey,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                E::BucketNotEmpty { bucket: "b".into() },
+                C::BucketNotEmpty,
+                StatusCode::CONFLICT,
+            ),
+            (
+                E::InvalidBucketName {
+                    name: "B".into(),
+                    reason: "r",
+                },
+                C::InvalidBucketName,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::KeyTooLong {
+                    len: 1025,
+                    limit: 1024,
+                },
+                C::KeyTooLongError,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::MetadataTooLarge {
+                    size: 2049,
+                    limit: 2048,
+                },
+                C::MetadataTooLarge,
+                StatusCode::BAD_REQUEST,
+            ),
+            // A key that merely mentions the limit's number is no longer
+            // mistaken for a key that is too long.
+            (
+                E::InvalidKey {
+                    reason: "key must not contain NUL (limit is 1024 bytes)",
+                },
+                C::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidMetadata {
+                    reason: "content type is longer than 1024 bytes; the limit is 1024".into(),
+                },
+                C::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidArgument { reason: "r".into() },
+                C::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidPartNumber(0),
+                C::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::PreconditionFailed { reason: "r" },
+                C::PreconditionFailed,
+                StatusCode::PRECONDITION_FAILED,
+            ),
+            (
+                E::Conflict,
+                C::ConditionalRequestConflict,
+                StatusCode::CONFLICT,
+            ),
+            (
+                E::InvalidRange { size: 3 },
+                C::InvalidRange,
+                StatusCode::RANGE_NOT_SATISFIABLE,
+            ),
+            (
+                E::InvalidDigest { reason: "r".into() },
+                C::InvalidDigest,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::BadDigest { reason: "r".into() },
+                C::BadDigest,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::TooLarge { size: 2, limit: 1 },
+                C::EntityTooLarge,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::NoSuchUpload {
+                    upload_id: "u".into(),
+                },
+                C::NoSuchUpload,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                E::InvalidPart { reason: "r".into() },
+                C::InvalidPart,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::EntityTooSmall {
+                    part_number: 1,
+                    size: 1,
+                },
+                C::EntityTooSmall,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::QuotaExceeded { reason: "r".into() },
+                storage(),
+                StatusCode::INSUFFICIENT_STORAGE,
+            ),
+            (
+                E::Io(io::Error::from_raw_os_error(28)), // ENOSPC
+                storage(),
+                StatusCode::INSUFFICIENT_STORAGE,
+            ),
+            (db_full(), storage(), StatusCode::INSUFFICIENT_STORAGE),
+            (
+                E::Io(io::Error::new(io::ErrorKind::InvalidData, "bad trailer")),
+                C::BadDigest,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::StoreLocked {
+                    dir: "/secret/dir".into(),
+                },
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::NoSuchStore {
+                    dir: "/secret/dir".into(),
+                },
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::InvalidCondition { reason: "r" },
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::RequestConflict,
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::RetentionFull { reason: "r".into() },
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::ReceiptNotFound,
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::Corrupt("/secret/dir".into()),
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::Io(io::Error::other("/secret/dir")),
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                E::Db(rusqlite::Error::InvalidQuery),
+                C::InternalError,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ];
+        for (store_error, code, status) in table {
+            let shown = format!("{store_error:?}");
+            let s3 = to_s3(store_error);
+            assert_eq!(s3.code(), &code, "{shown}");
+            assert_eq!(s3.status_code(), Some(status), "{shown}");
+            let message = s3.message().unwrap_or_default();
+            assert!(!message.is_empty(), "{shown}");
+            assert!(!message.contains("/secret"), "{shown}: {message}");
+        }
+    }
+
+    #[test]
+    fn size_limits_say_the_size_and_the_limit() {
+        let s3 = to_s3(StoreError::KeyTooLong {
+            len: 1025,
+            limit: 1024,
+        });
+        assert_eq!(
+            s3.message(),
+            Some("invalid object key: key is 1025 bytes; the limit is 1024")
+        );
+        let s3 = to_s3(StoreError::MetadataTooLarge {
+            size: 2100,
+            limit: 2048,
+        });
+        assert_eq!(
+            s3.message(),
+            Some("invalid metadata: user metadata is 2100 bytes; the limit is 2048")
+        );
+    }
 }

@@ -17,12 +17,20 @@ pub enum StoreError {
     /// The bucket name breaks S3's bucket naming rules.
     #[error("invalid bucket name {name:?}: {reason}")]
     InvalidBucketName { name: String, reason: &'static str },
-    /// The object key is empty, too long, or contains NUL.
+    /// The object key is empty, contains NUL, or is otherwise unusable.
     #[error("invalid object key: {reason}")]
     InvalidKey { reason: &'static str },
-    /// User metadata or another object property is malformed or too large.
+    /// The object key is longer than [`crate::validate::MAX_KEY_BYTES`].
+    #[error("invalid object key: key is {len} bytes; the limit is {limit}")]
+    KeyTooLong { len: usize, limit: usize },
+    /// User metadata or another object property is malformed, or a system
+    /// property is too long.
     #[error("invalid metadata: {reason}")]
     InvalidMetadata { reason: String },
+    /// The user metadata (keys and values together) is larger than
+    /// [`crate::validate::MAX_METADATA_BYTES`].
+    #[error("invalid metadata: user metadata is {size} bytes; the limit is {limit}")]
+    MetadataTooLarge { size: usize, limit: usize },
     /// Some other argument is malformed.
     #[error("invalid argument: {reason}")]
     InvalidArgument { reason: String },
@@ -92,7 +100,9 @@ impl StoreError {
             NoSuchStore { .. } => "no_such_store",
             InvalidBucketName { .. } => "invalid_bucket_name",
             InvalidKey { .. } => "invalid_key",
+            KeyTooLong { .. } => "key_too_long",
             InvalidMetadata { .. } => "invalid_metadata",
+            MetadataTooLarge { .. } => "metadata_too_large",
             InvalidArgument { .. } => "invalid_argument",
             NoSuchBucket { .. } => "no_such_bucket",
             NoSuchKey { .. } => "no_such_key",

@@ -61,8 +61,9 @@ pub fn object_key(key: &str) -> Result<()> {
         });
     }
     if key.len() > MAX_KEY_BYTES {
-        return Err(StoreError::InvalidKey {
-            reason: "key must be at most 1024 bytes",
+        return Err(StoreError::KeyTooLong {
+            len: key.len(),
+            limit: MAX_KEY_BYTES,
         });
     }
     if key.contains('\0') {
@@ -123,7 +124,13 @@ pub fn check_tags(tags: &std::collections::BTreeMap<String, String>) -> Result<(
 /// lower-cased HTTP tokens; the keys and values together fit in 2 KiB; no
 /// value carries control characters (they could not travel as headers).
 pub fn normalize_props(mut props: ObjectProps) -> Result<ObjectProps> {
-    let mut total = 0usize;
+    let total: usize = props.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_METADATA_BYTES {
+        return Err(StoreError::MetadataTooLarge {
+            size: total,
+            limit: MAX_METADATA_BYTES,
+        });
+    }
     let mut metadata = std::collections::BTreeMap::new();
     for (k, v) in std::mem::take(&mut props.metadata) {
         if k.is_empty() || !k.bytes().all(is_token_byte) {
@@ -132,17 +139,11 @@ pub fn normalize_props(mut props: ObjectProps) -> Result<ObjectProps> {
             });
         }
         property_value("metadata value", &v, MAX_METADATA_BYTES)?;
-        total += k.len() + v.len();
         if metadata.insert(k.to_ascii_lowercase(), v).is_some() {
             return Err(StoreError::InvalidMetadata {
                 reason: format!("metadata key {k:?} appears twice (keys are case-insensitive)"),
             });
         }
-    }
-    if total > MAX_METADATA_BYTES {
-        return Err(StoreError::InvalidMetadata {
-            reason: format!("user metadata is {total} bytes; the limit is {MAX_METADATA_BYTES}"),
-        });
     }
     props.metadata = metadata;
     check_tags(&props.tags)?;
@@ -222,10 +223,13 @@ mod tests {
         assert!(object_key("a/../b").is_ok());
         assert!(object_key(&"k".repeat(1024)).is_ok());
         assert_eq!(object_key("").unwrap_err().code(), "invalid_key");
-        assert_eq!(
-            object_key(&"k".repeat(1025)).unwrap_err().code(),
-            "invalid_key"
-        );
+        assert!(matches!(
+            object_key(&"k".repeat(1025)).unwrap_err(),
+            StoreError::KeyTooLong {
+                len: 1025,
+                limit: 1024
+            }
+        ));
         assert_eq!(object_key("a\0b").unwrap_err().code(), "invalid_key");
     }
 
@@ -236,9 +240,28 @@ mod tests {
         let p = normalize_props(p).unwrap();
         assert_eq!(p.metadata.get("project").map(String::as_str), Some("x"));
 
+        let mut full = ObjectProps::default();
+        full.metadata.insert("k".into(), "v".repeat(2047));
+        assert!(normalize_props(full).is_ok());
+
         let mut big = ObjectProps::default();
         big.metadata.insert("k".into(), "v".repeat(2048));
-        assert_eq!(normalize_props(big).unwrap_err().code(), "invalid_metadata");
+        assert!(matches!(
+            normalize_props(big).unwrap_err(),
+            StoreError::MetadataTooLarge {
+                size: 2049,
+                limit: 2048
+            }
+        ));
+        // Many small entries count together.
+        let mut many = ObjectProps::default();
+        for i in 0..30 {
+            many.metadata.insert(format!("key-{i:02}"), "v".repeat(64));
+        }
+        assert_eq!(
+            normalize_props(many).unwrap_err().code(),
+            "metadata_too_large"
+        );
 
         let mut dup = ObjectProps::default();
         dup.metadata.insert("A".into(), "1".into());

@@ -115,21 +115,18 @@ fn check_deletable(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Why a record may not be destroyed now, or `None` when it may. Caller
-/// holds the registry lock.
-fn destroy_blocker(rec: &Record) -> Result<Option<String>> {
+/// Why a record may not be destroyed now, as the refusal to answer with,
+/// or `None` when it may. Caller holds the registry lock.
+fn destroy_blocker(rec: &Record) -> Result<Option<WsError>> {
     if !rec.owned {
-        return Ok(Some(format!(
+        return Ok(Some(WsError::Refused(format!(
             "workspace {} was adopted, not created by stow; remove {} yourself",
             rec.id,
             rec.dir.display()
-        )));
+        ))));
     }
     if is_live(&rec.dir)? {
-        return Ok(Some(format!(
-            "workspace {} is in use by a live session",
-            rec.id
-        )));
+        return Ok(Some(WsError::InUse(rec.id.clone())));
     }
     Ok(None)
 }
@@ -157,12 +154,8 @@ fn remove_owned(registry: &Registry, rec: &Record) -> Result<()> {
 pub fn destroy(registry: &Registry, id: &str) -> Result<DestroyResult> {
     let _lock = registry.lock()?;
     let rec = registry.get(id)?;
-    if let Some(reason) = destroy_blocker(&rec)? {
-        return Err(if reason.contains("live session") {
-            WsError::InUse(rec.id.clone())
-        } else {
-            WsError::Refused(reason)
-        });
+    if let Some(refusal) = destroy_blocker(&rec)? {
+        return Err(refusal);
     }
     remove_owned(registry, &rec)?;
     Ok(DestroyResult {

@@ -18,7 +18,8 @@ use stow_checkpoint::fsutil::{absolute, write_new_file};
 use stow_checkpoint::progress::{PhaseClock, Progress};
 use stow_checkpoint::registry::Registry;
 use stow_checkpoint::remote::{
-    check_spec, get_remote, pull, push, Connector, PullOptions, PushOptions, PushResult, RemoteSpec,
+    check_spec, get_remote, pull, push, verify_remote_copy, Connector, PullOptions, PushOptions,
+    PushResult, RemoteSpec,
 };
 use stow_checkpoint::{Result, WsError};
 
@@ -384,8 +385,10 @@ fn restore_adopted(
 }
 
 /// Adopts checkpoint `checkpoint_id` of the partition's remote
-/// `remote_name`: pulls it (unless this registry has it already) and
-/// restores it into the new directory `root` as an adopted workspace.
+/// `remote_name`: pulls it (unless this registry holds it already with
+/// the remote's very manifest: then nothing is downloaded or written; a
+/// different one is `already_exists`) and restores it into the new
+/// directory `root` as an adopted workspace.
 pub fn adopt_remote(
     registry: &Registry,
     remote_name: &str,
@@ -415,10 +418,15 @@ fn adopt_pulled(
         )
     })?;
     let local = stow_checkpoint::load_manifest(registry, checkpoint_id);
+    let remote = connector.connect(spec)?;
     let workspace_id = match local {
-        Ok(m) => m.workspace_id,
+        // Held already: reused, once the remote's manifest proves to be
+        // the same (nothing is downloaded or written).
+        Ok(m) => {
+            verify_remote_copy(&m, remote.as_ref())?;
+            m.workspace_id
+        }
         Err(WsError::NotFound(_)) => {
-            let remote = connector.connect(spec)?;
             let pulled = pull(
                 registry,
                 checkpoint_id,

@@ -107,6 +107,13 @@ fn prepares_and_reports() {
         v["capabilities"]["registry_bound"],
         serde_json::json!({"limit":2,"count":1,"remaining":1})
     );
+    // With no bound, `remaining` is null (the spec's one exception to
+    // omitting absent members).
+    let unbounded = serde_json::to_value(stow_workspace::RegistryBound::new(0, 4)).unwrap();
+    assert_eq!(
+        unbounded,
+        serde_json::json!({"limit":0,"count":4,"remaining":null})
+    );
     assert_eq!(v["capabilities"]["upstream"], false);
     assert!(v["authority"]
         .as_array()

@@ -317,3 +317,128 @@ fn sensitive_checkpoints_need_the_opt_in_to_leave() {
     };
     pull(&b, &cp, &remote, &pulled).unwrap();
 }
+
+/// Hands out the one shared in-memory remote, whatever the spec says.
+struct SharedConnector(std::sync::Arc<MemoryRemote>);
+
+struct SharedRemote(std::sync::Arc<MemoryRemote>);
+
+impl RemoteStore for SharedRemote {
+    fn url(&self) -> String {
+        self.0.url()
+    }
+    fn head(&self, key: &str) -> Result<Option<RemoteObject>, RemoteError> {
+        self.0.head(key)
+    }
+    fn get(&self, key: &str) -> Result<Option<Box<dyn std::io::Read + Send>>, RemoteError> {
+        self.0.get(key)
+    }
+    fn create(&self, key: &str, body: Body, sha256: &str) -> Result<Created, RemoteError> {
+        self.0.create(key, body, sha256)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError> {
+        self.0.list(prefix)
+    }
+}
+
+impl Connector for SharedConnector {
+    fn connect(&self, _: &RemoteSpec) -> Result<Box<dyn RemoteStore>, RemoteError> {
+        Ok(Box::new(SharedRemote(std::sync::Arc::clone(&self.0))))
+    }
+}
+
+/// Every file under `dir`, with its bytes.
+fn tree(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+                out.insert(rel, fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn adopting_from_a_remote_reuses_a_held_checkpoint_only_when_the_remote_manifest_is_the_same() {
+    use stow_workspace::handoff::{adopt, AdoptOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (p, reg, cp) = workspace(dir);
+    let memory = std::sync::Arc::new(MemoryRemote::default());
+    push(&reg, &cp, memory.as_ref(), &PushOptions::default()).unwrap();
+    let doc = dir.join("handoff.json");
+    fs::write(
+        &doc,
+        serde_json::to_vec(&serde_json::json!({
+            "version": 2, "workspace_id": p.workspace_id, "checkpoint_id": cp,
+            "remote": {"url": "s3://memory/test"},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let connector = SharedConnector(std::sync::Arc::clone(&memory));
+    let opts = AdoptOptions {
+        connector: Some(&connector),
+        ..Default::default()
+    };
+    let held = (
+        tree(&reg.state_dir().join("checkpoints")),
+        tree(&reg.state_dir().join("blobs")),
+    );
+    let remote_before = memory.keys("");
+
+    // The registry that pushed it adopts it back: reused and restored.
+    let adopted = adopt(Some(&dir.join("reg")), None, &doc, &dir.join("a1"), &opts).unwrap();
+    assert_ne!(adopted.workspace_id, p.workspace_id);
+    for rel in ["top.txt", "a/b/deep.bin", "a/same1"] {
+        assert_eq!(
+            fs::read(dir.join("a1").join(rel)).unwrap(),
+            fs::read(Path::new(&p.root).join(rel)).unwrap(),
+            "{rel}"
+        );
+    }
+    let now = (
+        tree(&reg.state_dir().join("checkpoints")),
+        tree(&reg.state_dir().join("blobs")),
+    );
+    assert_eq!(now, held, "nothing written twice");
+    assert_eq!(memory.keys(""), remote_before);
+
+    // The remote's manifest under that ID says something else: refused.
+    let key = format!("checkpoints/{cp}.json");
+    let mut doc_on_remote: serde_json::Value = {
+        let mut r = memory.get(&key).unwrap().unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut r, &mut bytes).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let created = &mut doc_on_remote["manifest"]["created"];
+    assert!(created.is_string());
+    *created = "2001-02-03T04:05:06Z".into();
+    memory.overwrite(&key, serde_json::to_vec(&doc_on_remote).unwrap());
+    let err = adopt(Some(&dir.join("reg")), None, &doc, &dir.join("a2"), &opts).unwrap_err();
+    assert_eq!(err.code(), "already_exists", "{err}");
+    assert!(!dir.join("a2").exists());
+
+    // A remote without it cannot vouch for the held one.
+    let empty = SharedConnector(std::sync::Arc::new(MemoryRemote::default()));
+    let opts = AdoptOptions {
+        connector: Some(&empty),
+        ..Default::default()
+    };
+    let err = adopt(Some(&dir.join("reg")), None, &doc, &dir.join("a3"), &opts).unwrap_err();
+    assert_eq!(err.code(), "not_found", "{err}");
+    assert!(!dir.join("a3").exists());
+    let now = (
+        tree(&reg.state_dir().join("checkpoints")),
+        tree(&reg.state_dir().join("blobs")),
+    );
+    assert_eq!(now, held);
+}

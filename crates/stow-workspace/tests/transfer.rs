@@ -409,3 +409,124 @@ fn an_adopt_whose_restore_fails_reports_partial_import_and_keeps_the_checkpoint(
     assert!(!dir.join("adopted").exists());
     checkpoint::verify(&reg2, &c.checkpoint_id).unwrap();
 }
+
+/// Every file under `dir`, with its bytes (for "nothing was written").
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A copy of the archive `from` whose manifest says something else
+/// (another creation time) under the same checkpoint ID, written to `to`.
+fn with_another_manifest(from: &Path, to: &Path) {
+    use std::io::Read as _;
+    let gz = flate2::read::GzDecoder::new(fs::File::open(from).unwrap());
+    let mut input = tar::Archive::new(gz);
+    let out = flate2::write::GzEncoder::new(fs::File::create(to).unwrap(), Default::default());
+    let mut builder = tar::Builder::new(out);
+    for entry in input.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).unwrap();
+        if name == "manifest.json" {
+            let mut doc: serde_json::Value = serde_json::from_slice(&data).unwrap();
+            let created = &mut doc["manifest"]["created"];
+            assert!(created.is_string() && *created != "2001-02-03T04:05:06Z");
+            *created = "2001-02-03T04:05:06Z".into();
+            data = serde_json::to_vec(&doc).unwrap();
+        }
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        builder.append_data(&mut h, &name, &data[..]).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap();
+}
+
+#[test]
+fn adopting_a_checkpoint_the_registry_holds_reuses_it_when_the_manifest_is_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (p, reg) = workspace(dir);
+    let c = checkpoint::capture(&reg, &p.workspace_id, &CaptureOptions::default()).unwrap();
+    let out = dir.join("out");
+    fs::create_dir(&out).unwrap();
+    let handoff = out.join("handoff.json");
+    stow_workspace::handoff::handoff(
+        &reg,
+        &p.workspace_id,
+        Some(&c.checkpoint_id),
+        Some(&out.join("cp.tar.gz")),
+        Some(&handoff),
+    )
+    .unwrap();
+    let checkpoints = reg.state_dir().join("checkpoints");
+    let blobs = reg.state_dir().join("blobs");
+    let before = (tree(&checkpoints), tree(&blobs));
+
+    // The same registry adopts its own handoff: the checkpoint is reused
+    // (nothing written to the checkpoints or blobs) and restored.
+    let adopted = stow_workspace::handoff::adopt(
+        Some(&dir.join("reg")),
+        None,
+        &handoff,
+        &dir.join("adopted"),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_ne!(adopted.workspace_id, p.workspace_id);
+    assert_eq!(fs::read(dir.join("adopted/seed.txt")).unwrap(), b"seed");
+    assert_eq!(
+        fs::read(dir.join("adopted/sub/data.bin")).unwrap(),
+        vec![7u8; 70_000]
+    );
+    assert_eq!((tree(&checkpoints), tree(&blobs)), before);
+    checkpoint::verify(&reg, &c.checkpoint_id).unwrap();
+
+    // A plain import still refuses an ID the registry holds.
+    let err = archive::import(&reg, &out.join("cp.tar.gz"), &ImportOptions::default()).unwrap_err();
+    assert_eq!(err.code(), "already_exists", "{err}");
+
+    // A different manifest under the same ID is refused, before anything
+    // is created.
+    let tampered = out.join("tampered.tar.gz");
+    with_another_manifest(&out.join("cp.tar.gz"), &tampered);
+    let (sha, bytes) = archive::file_sha256(&tampered).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&handoff).unwrap()).unwrap();
+    doc["archive"]["path"] = "tampered.tar.gz".into();
+    doc["archive"]["sha256"] = sha.into();
+    doc["archive"]["bytes"] = bytes.into();
+    let tampered_doc = out.join("tampered.json");
+    fs::write(&tampered_doc, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let err = stow_workspace::handoff::adopt(
+        Some(&dir.join("reg")),
+        None,
+        &tampered_doc,
+        &dir.join("adopted-2"),
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "already_exists", "{err}");
+    assert!(!dir.join("adopted-2").exists());
+    assert_eq!((tree(&checkpoints), tree(&blobs)), before);
+    // The tampered archive is itself well formed: only the ID clash
+    // refuses it (a registry without that checkpoint imports it).
+    let (_, other) = workspace(&dir.join("fresh"));
+    archive::import(&other, &tampered, &ImportOptions::default()).unwrap();
+}

@@ -278,16 +278,41 @@ pub struct Expectation<'a> {
     pub checkpoint_id: Option<&'a str>,
 }
 
+impl Expectation<'_> {
+    /// Refuses an archive manifest that is not the checkpoint the handoff
+    /// names.
+    fn check(&self, m: &CheckpointManifest) -> Result<()> {
+        let cp_differs = self.checkpoint_id.is_some_and(|cp| cp != m.id);
+        if self.workspace_id != m.workspace_id || cp_differs {
+            return Err(invalid(format!(
+                "the archive holds checkpoint {} of workspace {}, not the one the handoff names",
+                m.id, m.workspace_id
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// [`import`] of a handed-off archive: its checkpoint must be the one the
 /// handoff names, and the file's SHA-256 as read must be the handoff's
 /// (adopt checks the digest before creating anything; this check keeps a
 /// file swapped in meanwhile from being imported).
+///
+/// With an expectation (adopt), a checkpoint this registry already holds
+/// is reused when its manifest is the archive's: nothing is written, and
+/// the result's `stored_bytes` is 0. A different manifest under the same
+/// ID is refused (`already_exists`), as a plain import refuses any.
 pub fn import_with_digest(
     registry: &Registry,
     archive: &Path,
     opts: &ImportOptions,
     expect: Option<&Expectation>,
 ) -> Result<CheckpointResult> {
+    if let Some(x) = expect {
+        if let Some(held) = held_identical(registry, archive, opts.limits, x)? {
+            return Ok(held);
+        }
+    }
     let file = open_archive(archive)?;
     let mut reader = HashingReader {
         inner: file,
@@ -300,13 +325,7 @@ pub fn import_with_digest(
     let mut lock = None;
     let mut admit_manifest = |m: &CheckpointManifest| -> Result<()> {
         if let Some(x) = expect {
-            let cp_differs = x.checkpoint_id.is_some_and(|cp| cp != m.id);
-            if x.workspace_id != m.workspace_id || cp_differs {
-                return Err(invalid(format!(
-                    "the archive holds checkpoint {} of workspace {}, not the one the handoff names",
-                    m.id, m.workspace_id
-                )));
-            }
+            x.check(m)?;
         }
         lock = Some(admit_outside_manifest(registry, m, opts.include_sensitive)?);
         Ok(())
@@ -387,6 +406,44 @@ pub fn import_with_digest(
     };
     clock.lap("publish");
     Ok(CheckpointResult::of(&m, stored_bytes))
+}
+
+/// The archive's checkpoint when this registry already holds it with the
+/// very same manifest; `None` when it holds no checkpoint of that ID; an
+/// `already_exists` refusal when it holds a different one. Reads only the
+/// archive's manifest (its first entry), under the registry lock.
+fn held_identical(
+    registry: &Registry,
+    archive: &Path,
+    limits: ArchiveLimits,
+    expect: &Expectation,
+) -> Result<Option<CheckpointResult>> {
+    let mut file = open_archive(archive)?;
+    let mut gz = flate2::read::MultiGzDecoder::new(BufReader::new(&mut file));
+    let theirs = read_manifest(&mut gz, limits)?;
+    expect.check(&theirs)?;
+    if !registry.state_dir().exists() {
+        return Ok(None);
+    }
+    let _lock = registry.lock()?;
+    let ours = match crate::load_manifest(registry, &theirs.id) {
+        Ok(m) => m,
+        Err(WsError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !same_manifest(&ours, &theirs)? {
+        return Err(WsError::AlreadyExists(format!(
+            "checkpoint {} (with a different manifest)",
+            theirs.id
+        )));
+    }
+    Ok(Some(CheckpointResult::of(&ours, 0)))
+}
+
+/// Whether two manifests say exactly the same thing: their canonical
+/// documents (as an archive or a remote stores them) are equal.
+fn same_manifest(a: &CheckpointManifest, b: &CheckpointManifest) -> Result<bool> {
+    Ok(super::manifest_document(a)? == super::manifest_document(b)?)
 }
 
 /// Admits a checkpoint from outside (an archive, a remote) into

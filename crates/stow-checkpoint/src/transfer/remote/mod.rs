@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 pub use config::check_spec;
 pub use config::{add_remote, get_remote, list_remotes, remove_remote, RemoteEntry, RemoteList};
 pub use pull::{pull, remote_list, PullOptions, PullResult, RemoteCheckpoint, RemoteListResult};
-pub use push::{push, PushOptions, PushResult};
+pub use push::{push, verify_remote_copy, PushOptions, PushResult};
 
 /// Where a remote is: `s3://BUCKET[/PREFIX]` plus how to reach it. Holds
 /// no credentials (they come from the standard AWS chain where used).

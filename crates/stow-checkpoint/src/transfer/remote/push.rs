@@ -211,6 +211,17 @@ pub fn push(
     Ok(result)
 }
 
+/// Checks that `remote` holds checkpoint `m` (one this registry holds)
+/// with the very same manifest, as adopt must before it reuses `m`:
+/// `not_found` when the remote lacks it, `already_exists` when the
+/// remote's differs.
+pub fn verify_remote_copy(m: &CheckpointManifest, remote: &dyn RemoteStore) -> Result<()> {
+    let key = manifest_key(&m.id);
+    let theirs = fetch_document(remote, &key)?
+        .ok_or_else(|| WsError::NotFound(format!("checkpoint {} on {}", m.id, remote.url())))?;
+    same_checkpoint(m, &theirs, &key)
+}
+
 /// Refuses when the remote's manifest at `key` is not checkpoint `m`.
 fn same_checkpoint(m: &CheckpointManifest, theirs: &[u8], key: &str) -> Result<()> {
     let limits = ArchiveLimits {
