@@ -408,6 +408,8 @@ def test_messages_and_usage(stow_bin, workdir, env):
     log = ok(stow_bin, "log", env=env, cwd=root)
     assert [(e["checkpoint_id"], e["message"]) for e in log["checkpoints"]] == [(c["checkpoint_id"], longest)]
     assert ok(stow_bin, "log", "--id", a["workspace_id"], *reg, env=env) == log
+    for limit in ("0", "1001"):
+        assert "1 to 1000" in refused(stow_bin, "log", "--limit", limit, code="invalid_request", env=env, cwd=root)
     # 2049 characters but 4098 bytes: refused, nothing published.
     before = tree(workdir / "reg")
     assert "4098" in refused(stow_bin, "checkpoint", "--message", longest + "é", code="invalid_request", env=env, cwd=root)
