@@ -358,6 +358,8 @@ export async function adoptWorkspaceHandoff(options: AdoptOptions): Promise<Work
 }
 
 export interface CheckpointOptions extends RegistryOptions, BoundOptions {
+  /** Stored with the checkpoint, shown in its result and in {@link workspaceLog} (at most 4096 bytes of UTF-8). */
+  message?: string;
   parent?: string;
   includeSensitive?: boolean;
   /** Capture the workspace bucket's objects and buckets too (v2). */
@@ -371,15 +373,21 @@ export interface CheckpointOptions extends RegistryOptions, BoundOptions {
 }
 
 /**
- * `checkpoint --id`. With `requestKey` the result is the keyed envelope
+ * `checkpoint [--id]`. With `requestKey` the result is the keyed envelope
  * (`{version, result: {outcome, checkpoint, replayed}}`); a keyed capture that
  * fails throws {@link WorkspaceCommandError} whose `document` is the envelope.
+ *
+ * With `id` undefined the CLI captures the workspace holding `options.cwd`
+ * (default: the current directory), whose identity names its registry and
+ * team; outside any workspace that is a `usage` error (exit 2).
  */
-export async function checkpointWorkspace(id: string, options: CheckpointOptions = {}): Promise<WorkspaceJSON> {
+export async function checkpointWorkspace(id?: string, options: CheckpointOptions = {}): Promise<WorkspaceJSON> {
   return runWorkspaceCommand(
     argv(
-      ["checkpoint", "--id", id],
+      ["checkpoint"],
       [
+        ["--id", id],
+        ["--message", options.message],
         ["--parent", options.parent],
         ...bounds(options),
         ["--include-sensitive", options.includeSensitive],
@@ -406,6 +414,86 @@ export async function resolveCheckpoint(id: string, requestKey: string, options:
       ["checkpoint", "--id", id, "--request-key", requestKey, "--resolve"],
       [["--timeout", duration(options.timeout ?? "30s")], ...registry(options)],
     ),
+    options,
+  );
+}
+
+export interface AttachOptions extends RegistryOptions {
+  /** The directory to attach (default: `cwd`, else the current directory). */
+  root?: string;
+  /** Informational: attached workspaces are never collected. */
+  ttlSeconds?: number;
+  /** The bucket view's byte quota (default 64 MiB). */
+  maxBytes?: number;
+  /** The bucket view's object quota (default 10,000). */
+  maxObjects?: number;
+  /** Captures keep what git ignores too. */
+  noGitignore?: boolean;
+}
+
+/**
+ * `attach [--root]`: register an existing directory as a workspace in place
+ * (nothing is copied; only `ROOT/.stow` is written). Resolves with the
+ * prepare-shaped result (`workspace_id`, `bucket`, `root`, `base_identity`, …).
+ * A refusal throws {@link WorkspaceCommandError} with a stable `code`:
+ * `invalid_root`, `already_exists` (the message names the workspace),
+ * `refused` (`/`, the home directory, inside or containing a workspace, the
+ * registry) or `capacity_exceeded`.
+ */
+export async function attachWorkspace(options: AttachOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(
+      ["attach"],
+      [
+        ["--root", options.root],
+        ["--ttl-seconds", options.ttlSeconds],
+        ["--max-bytes", options.maxBytes],
+        ["--max-objects", options.maxObjects],
+        ["--no-gitignore", options.noGitignore],
+        ...registry(options),
+      ],
+    ),
+    options,
+  );
+}
+
+export interface DetachOptions extends RegistryOptions {
+  /** The workspace (default: the one holding `cwd`). */
+  id?: string;
+  /** Keep its checkpoints in the registry. */
+  keepCheckpoints?: boolean;
+}
+
+/**
+ * `detach [--id]`: forget an attached workspace (its record, its `.stow` and,
+ * unless `keepCheckpoints`, its checkpoints); nothing else in its tree is
+ * touched. A prepared workspace is refused (`refused`: use {@link destroyWorkspace}).
+ */
+export async function detachWorkspace(options: DetachOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(["detach"], [["--id", options.id], ["--keep-checkpoints", options.keepCheckpoints], ...registry(options)]),
+    options,
+  );
+}
+
+export interface LogOptions extends RegistryOptions {
+  /** The workspace (default: the one holding `cwd`). */
+  id?: string;
+  /** Checkpoints per page (1 to 1000; the CLI's default is 50). */
+  limit?: number;
+  /** The `next_cursor` of the previous page (of the same workspace's log). */
+  cursor?: string;
+}
+
+/**
+ * `log [--id]`: one page of the workspace's checkpoints, newest first:
+ * `{version, workspace_id, head?, checkpoints: [{checkpoint_id, parent_id?,
+ * created, files, bytes, message?, origin, head}], next_cursor?}`. A cursor
+ * from another workspace's log is refused (`invalid_request`).
+ */
+export async function workspaceLog(options: LogOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(["log"], [["--id", options.id], ["--limit", options.limit], ["--cursor", options.cursor], ...registry(options)]),
     options,
   );
 }

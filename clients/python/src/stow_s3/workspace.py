@@ -28,6 +28,9 @@ __all__ = [
     "adopt_workspace_handoff",
     "checkpoint_workspace",
     "resolve_checkpoint",
+    "attach_workspace",
+    "detach_workspace",
+    "workspace_log",
     "diff_workspaces",
     "restore_workspace_checkpoint",
     "export_workspace_checkpoint",
@@ -116,11 +119,20 @@ def _run(
     prefix: Sequence[str] = _WORKSPACE,
     allow_empty: bool = False,
     env: Mapping[str, str] | None = None,
+    cwd: PathLike | None = None,
 ) -> WorkspaceJSON | None:
-    """Run ``stow-s3 <prefix…> <args…>``: ``prefix`` is ``("workspace",)``, or ``()`` for a top-level command."""
+    """Run ``stow-s3 <prefix…> <args…>``: ``prefix`` is ``("workspace",)``, or ``()`` for a top-level command.
+
+    ``cwd`` is the child's working directory (default: this process's)."""
     command = [resolve_stow_binary(), *prefix, *args]
     label = "stow-s3 " + " ".join(command[1:3])
-    proc = subprocess.run(command, capture_output=True, env=None if env is None else dict(env), check=False)
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        env=None if env is None else dict(env),
+        cwd=None if cwd is None else os.fspath(cwd),
+        check=False,
+    )
     stdout = proc.stdout.decode("utf-8", "replace")
     stderr = proc.stderr.decode("utf-8", "replace")
     if proc.returncode != 0:
@@ -180,8 +192,8 @@ class _Args:
         self.argv += ["--", *(os.fspath(v) for v in values)]
         return self
 
-    def run(self, env: Mapping[str, str] | None = None) -> WorkspaceJSON:
-        doc = _run(self.argv, prefix=self.prefix, env=env)
+    def run(self, env: Mapping[str, str] | None = None, cwd: PathLike | None = None) -> WorkspaceJSON:
+        doc = _run(self.argv, prefix=self.prefix, env=env, cwd=cwd)
         assert doc is not None
         return doc
 
@@ -293,7 +305,8 @@ def adopt_workspace_handoff(
 
 
 def _checkpoint_args(
-    id: str,
+    id: str | None,
+    message: str | None,
     parent: str | None,
     portable: bool,
     request_key: str | None,
@@ -305,13 +318,13 @@ def _checkpoint_args(
     registry_dir: PathLike | None,
     team: str | None,
 ) -> _Args:
-    args = _Args("checkpoint").opt("--id", id).opt("--parent", parent).limits(max_bytes, max_files)
+    args = _Args("checkpoint").opt("--id", id).opt("--message", message).opt("--parent", parent).limits(max_bytes, max_files)
     args.flag("--include-sensitive", include_sensitive).flag("--portable", portable).flag("--no-ignore", no_ignore)
     return args.opt("--request-key", request_key).opt("--timeout", _duration(timeout)).registry(registry_dir, team)
 
 
 def checkpoint_workspace(
-    id: str,
+    id: str | None = None,
     parent: str | None = None,
     portable: bool = False,
     request_key: str | None = None,
@@ -321,16 +334,24 @@ def checkpoint_workspace(
     max_files: int | None = None,
     include_sensitive: bool = False,
     no_ignore: bool = False,
+    message: str | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
     env: Mapping[str, str] | None = None,
+    cwd: PathLike | None = None,
 ) -> WorkspaceJSON:
     """``checkpoint``. With ``request_key=`` (and ``timeout=``, seconds or ``"30s"``) a keyed
     capture: the result is the envelope ``{"version", "result": {...}}``; an envelope with
-    an error raises :class:`WorkspaceCommandError` with ``code`` and ``envelope`` set."""
+    an error raises :class:`WorkspaceCommandError` with ``code`` and ``envelope`` set.
+
+    ``message=`` is stored with the checkpoint (at most 4096 bytes of UTF-8; the CLI refuses
+    a longer one with ``invalid_request``). Without ``id`` the CLI captures the workspace
+    holding ``cwd`` (default: the current directory), and its registry and team come from
+    that workspace's identity; outside any workspace that is a ``usage`` error (exit 2)."""
     return _checkpoint_args(
-        id, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore, registry_dir, team
-    ).run(env)
+        id, message, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore,
+        registry_dir, team,
+    ).run(env, cwd)
 
 
 def resolve_checkpoint(
@@ -344,6 +365,7 @@ def resolve_checkpoint(
     max_files: int | None = None,
     include_sensitive: bool = False,
     no_ignore: bool = False,
+    message: str | None = None,
     registry_dir: PathLike | None = None,
     team: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -352,9 +374,68 @@ def resolve_checkpoint(
 
     Never captures. An unknown key raises :class:`WorkspaceCommandError` with code ``not_found``."""
     args = _checkpoint_args(
-        id, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore, registry_dir, team
+        id, message, parent, portable, request_key, timeout, max_bytes, max_files, include_sensitive, no_ignore,
+        registry_dir, team,
     )
     return args.flag("--resolve", True).run(env)
+
+
+def attach_workspace(
+    root: PathLike | None = None,
+    *,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    ttl_seconds: int | None = None,
+    max_bytes: int | None = None,
+    max_objects: int | None = None,
+    no_gitignore: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> WorkspaceJSON:
+    """``attach [--root]``: register an existing directory (default: the current one) as a
+    workspace in place. Nothing is copied; only ``ROOT/.stow`` is written. Returns the
+    prepare-shaped result (``workspace_id``, ``bucket``, ``root``, ``base_identity``, ...).
+
+    Refusals raise :class:`WorkspaceCommandError` with a stable ``code``: ``invalid_root``,
+    ``already_exists`` (the message names the workspace), ``refused`` (``/``, the home
+    directory, inside or containing a workspace, the registry) or ``capacity_exceeded``."""
+    args = _Args("attach").opt("--root", root).opt("--ttl-seconds", ttl_seconds)
+    args.opt("--max-bytes", max_bytes).opt("--max-objects", max_objects).flag("--no-gitignore", no_gitignore)
+    return args.registry(registry_dir, team).run(env)
+
+
+def detach_workspace(
+    id: str | None = None,
+    *,
+    keep_checkpoints: bool = False,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: PathLike | None = None,
+) -> WorkspaceJSON:
+    """``detach [--id]``: forget an attached workspace (its record, its ``.stow`` and, unless
+    ``keep_checkpoints``, its checkpoints); nothing else in its tree is touched. Without
+    ``id``, the workspace holding ``cwd`` (default: the current directory). A prepared
+    workspace is refused (``refused``: use :func:`destroy_workspace`)."""
+    args = _Args("detach").opt("--id", id).flag("--keep-checkpoints", keep_checkpoints)
+    return args.registry(registry_dir, team).run(env, cwd)
+
+
+def workspace_log(
+    id: str | None = None,
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: PathLike | None = None,
+) -> WorkspaceJSON:
+    """``log [--id]``: one page of the workspace's checkpoints, newest first
+    (``{"version", "workspace_id", "head"?, "checkpoints": [...], "next_cursor"?}``). Pass
+    ``next_cursor`` back as ``cursor`` for the next page; a cursor of another workspace's log
+    is refused (``invalid_request``). Without ``id``, the workspace holding ``cwd``."""
+    args = _Args("log").opt("--id", id).opt("--limit", limit).opt("--cursor", cursor)
+    return args.registry(registry_dir, team).run(env, cwd)
 
 
 def diff_workspaces(
