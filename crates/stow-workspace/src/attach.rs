@@ -70,6 +70,14 @@ fn check_attachable(registry: &Registry, root: &Path) -> Result<()> {
             root.display()
         )));
     }
+    // `.stow` is where a workspace keeps its state, and detach removes it
+    // whole: one that is not a workspace's is never written into.
+    if std::fs::symlink_metadata(root.join(".stow")).is_ok() {
+        return Err(refused(
+            root,
+            "it already holds a .stow that is not a stow-s3 workspace's (move it away first)",
+        ));
+    }
     if let Some((outer, ident)) = root.parent().and_then(find_workspace) {
         return Err(refused(
             root,
@@ -80,14 +88,13 @@ fn check_attachable(registry: &Registry, root: &Path) -> Result<()> {
             ),
         ));
     }
-    let registry_dir = registry
-        .dir()
-        .canonicalize()
-        .unwrap_or_else(|_| registry.dir().to_path_buf());
-    if registry_dir.starts_with(root) {
+    // The registry's base directory: every team's partition lies in it.
+    let base = registry_base(registry).unwrap_or_else(|| registry.dir().to_path_buf());
+    let base = base.canonicalize().unwrap_or(base);
+    if base.starts_with(root) {
         return Err(refused(root, "it holds the registry directory"));
     }
-    if root.starts_with(&registry_dir) {
+    if root.starts_with(&base) {
         return Err(refused(root, "it is inside the registry directory"));
     }
     for rec in registry.records()? {
@@ -111,6 +118,9 @@ pub fn attach(registry: &Registry, opts: &AttachOptions) -> Result<WorkspaceResu
         reason: format!("not an existing directory ({e})"),
     })?;
     check_attachable(registry, &root)?;
+    // Read-only, before anything is written: the tree's identity and
+    // totals, and no workspace of any registry below it.
+    let survey = survey(&root)?;
     registry.ensure()?;
     let _lock = registry.lock()?;
     let bound = registry.policy()?.max_workspaces;
@@ -145,7 +155,6 @@ pub fn attach(registry: &Registry, opts: &AttachOptions) -> Result<WorkspaceResu
     };
     let stow = root.join(".stow");
     let written = (|| -> Result<WorkspaceResult> {
-        let base_identity = stow_checkpoint::walk::base_identity(&root)?;
         write_identity(
             &root,
             &Identity {
@@ -154,7 +163,7 @@ pub fn attach(registry: &Registry, opts: &AttachOptions) -> Result<WorkspaceResu
                 bucket: bucket.clone(),
                 created: created.clone(),
                 owned: false,
-                base_identity: Some(base_identity),
+                base_identity: Some(survey.base_identity.clone()),
                 registry_dir: registry_base(registry),
                 team: registry.team().map(str::to_string),
             },
@@ -162,9 +171,8 @@ pub fn attach(registry: &Registry, opts: &AttachOptions) -> Result<WorkspaceResu
         atomic_write(&stow.join(".gitignore"), b"*\n", 0o644)?;
         registry.put(&rec)?;
         let mut result = describe(registry, &rec, root.clone(), None, true)?;
-        let (bytes, files) = stow_checkpoint::walk::seeded_totals(&root, 0)?;
-        result.seeded_bytes = bytes;
-        result.seeded_objects = files;
+        result.seeded_bytes = survey.bytes;
+        result.seeded_objects = survey.files;
         Ok(result)
     })();
     if written.is_err() {
@@ -173,6 +181,47 @@ pub fn attach(registry: &Registry, opts: &AttachOptions) -> Result<WorkspaceResu
         let _ = fs::remove_dir_all(&stow);
     }
     written
+}
+
+/// What attach learns of a tree before it writes anything.
+struct Survey {
+    /// Over the regular files a capture would hold (`.git` and `.stow`
+    /// left out; links and special files carry no bytes of their own).
+    base_identity: String,
+    bytes: u64,
+    files: u64,
+}
+
+/// Walks `root` once: its identity and totals, refusing a tree that holds
+/// another workspace (of any registry: its `.stow/workspace.json`).
+fn survey(root: &Path) -> Result<Survey> {
+    let files = stow_checkpoint::walk::identity_files(root)?;
+    if let Some((rel, _)) = files
+        .iter()
+        .find(|(rel, _)| rel.ends_with("/.stow/workspace.json"))
+    {
+        let inner = rel.trim_end_matches("/.stow/workspace.json");
+        return Err(refused(
+            root,
+            format!(
+                "it contains the workspace at {}",
+                root.join(inner).display()
+            ),
+        ));
+    }
+    let mut h = sha2::Sha256::default();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut bytes = 0u64;
+    for (rel, path) in &files {
+        let meta = fs::metadata(path).map_err(|e| WsError::io_at("stat", path, e))?;
+        bytes += meta.len();
+        stow_checkpoint::walk::feed_identity(&mut h, rel, path, &mut buf)?;
+    }
+    Ok(Survey {
+        base_identity: stow_checkpoint::walk::finish_identity(h),
+        bytes,
+        files: files.len() as u64,
+    })
 }
 
 fn nonzero_or(v: u64, default: u64) -> u64 {
@@ -206,7 +255,7 @@ pub fn detach(registry: &Registry, id: &str, keep_checkpoints: bool) -> Result<D
             "workspace {id} was prepared, not attached: use `workspace destroy`"
         )));
     }
-    if is_live(&rec.dir)? {
+    if is_live(&rec.dir)? || stow_checkpoint::watch_service::is_watched(registry, id)? {
         return Err(WsError::InUse(id.to_string()));
     }
     // Only the identity's own workspace: a record must never remove the

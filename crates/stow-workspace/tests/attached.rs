@@ -191,3 +191,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn detach_waits_for_a_running_watch() {
+    let a = attached();
+    let service = stow_checkpoint::watch_service::WatchService::start(&a.reg, &a.id).unwrap();
+    let e = detach(&a.reg, &a.id, false).unwrap_err();
+    assert_eq!(e.code(), "in_use");
+    assert!(a.root.join(".stow/workspace.json").exists());
+    drop(service);
+    detach(&a.reg, &a.id, false).unwrap();
+    assert!(!a.root.join(".stow").exists());
+}

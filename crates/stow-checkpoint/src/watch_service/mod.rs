@@ -216,6 +216,17 @@ struct ReplyEnvelope {
     reply: CaptureReply,
 }
 
+/// Whether a watch service (`workspace watch`, `workspace serve`) holds
+/// workspace `ws` now.
+pub fn is_watched(registry: &Registry, ws: &str) -> crate::Result<bool> {
+    crate::paths::check_workspace_id(ws)?;
+    let lock = watch_dir(registry).join(format!("{ws}.lock"));
+    if !lock.exists() {
+        return Ok(false);
+    }
+    Ok(crate::fsutil::FileLock::try_lock(&lock)?.is_none())
+}
+
 /// The partition's directory of watch sockets and their locks.
 fn watch_dir(registry: &Registry) -> PathBuf {
     registry.state_dir().join("watch")
