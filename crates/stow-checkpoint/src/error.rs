@@ -87,7 +87,7 @@ pub enum WsError {
     Corrupt(String),
     /// A remote (S3 service) refused or failed; the code says how.
     #[error("remote: {0}")]
-    Remote(#[from] crate::remote::RemoteError),
+    Remote(#[from] crate::transfer::remote::failure::RemoteError),
     /// Something on a remote disagrees with its name or with the manifest
     /// that names it (wrong bytes, size or digest; a missing blob; a
     /// malformed manifest). Nothing was published.
@@ -141,7 +141,7 @@ impl WsError {
 
     /// Whether retrying the same request may succeed.
     pub fn retryable(&self) -> bool {
-        use crate::remote::RemoteFailure as F;
+        use crate::transfer::remote::failure::RemoteFailure as F;
         match self {
             WsError::InProgress(_) | WsError::WorkspaceChanged(_) => true,
             WsError::Remote(e) => matches!(e.kind, F::Unreachable | F::Throttled | F::Timeout),

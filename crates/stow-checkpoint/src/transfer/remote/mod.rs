@@ -22,6 +22,8 @@
 //! publishes through the same path as import.
 
 mod config;
+mod document;
+pub(crate) mod failure;
 pub mod memory;
 mod pull;
 mod push;
@@ -32,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 pub use config::check_spec;
 pub use config::{add_remote, get_remote, list_remotes, remove_remote, RemoteEntry, RemoteList};
+pub use failure::{RemoteError, RemoteFailure};
 pub use pull::{pull, remote_list, PullOptions, PullResult, RemoteCheckpoint, RemoteListResult};
 pub use push::{push, verify_remote_copy, PushOptions, PushResult};
 
@@ -88,52 +91,6 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
         ));
     }
     Ok((bucket.to_string(), prefix.to_string()))
-}
-
-/// How a remote operation failed (the stable codes of [`RemoteError`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteFailure {
-    /// Credentials are missing, unknown or refused (401/403).
-    Auth,
-    /// The remote's bucket does not exist.
-    NoSuchBucket,
-    /// The endpoint could not be reached (DNS, connection, TLS).
-    Unreachable,
-    /// The service kept answering 503 SlowDown past the retries.
-    Throttled,
-    /// The overall deadline (`--timeout`) passed.
-    Timeout,
-    /// Any other refusal or failure of the service.
-    Failed,
-}
-
-/// A failure talking to a remote, with a stable code.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct RemoteError {
-    pub kind: RemoteFailure,
-    pub message: String,
-}
-
-impl RemoteError {
-    pub fn new(kind: RemoteFailure, message: impl Into<String>) -> RemoteError {
-        RemoteError {
-            kind,
-            message: message.into(),
-        }
-    }
-
-    /// The stable machine code.
-    pub fn code(&self) -> &'static str {
-        match self.kind {
-            RemoteFailure::Auth => "remote_auth",
-            RemoteFailure::NoSuchBucket => "remote_no_bucket",
-            RemoteFailure::Unreachable => "remote_unreachable",
-            RemoteFailure::Throttled => "remote_throttled",
-            RemoteFailure::Timeout => "remote_timeout",
-            RemoteFailure::Failed => "remote_failed",
-        }
-    }
 }
 
 /// What a remote holds under one key.

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::push::{decode_remote, distinct_payloads, fetch_document, remote_read_error};
+use super::document::{decode_remote, distinct_payloads, fetch_document, remote_read_error};
 use super::{blob_key, manifest_key, parallel, RemoteStore};
 use crate::archive::{admit_outside_manifest, ArchiveLimits};
 use crate::error::{Result, WsError};

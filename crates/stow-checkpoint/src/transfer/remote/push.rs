@@ -7,14 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use super::document::{decode_remote, distinct_payloads, fetch_document};
 use super::{
     blob_key, manifest_key, parallel, Body, Created, RemoteError, RemoteObject, RemoteStore,
 };
-use crate::archive::{check_sensitive, decode_manifest_document, manifest_document, ArchiveLimits};
+use crate::archive::{check_sensitive, manifest_document, ArchiveLimits};
 use crate::error::{Result, WsError};
 use crate::progress::Progress;
 use crate::registry::Registry;
-use crate::{load_manifest, object_as_file, open_verified, CheckpointManifest, FileEntry};
+use crate::{load_manifest, open_verified, CheckpointManifest, FileEntry};
 
 /// Blobs up to this size are read whole and sent in one PUT; larger ones
 /// stream from the blob file (in parts, by the remote store).
@@ -23,9 +24,6 @@ const SMALL_BLOB: u64 = 8 << 20;
 /// With more unknown blobs than this, one listing of `blobs/` is cheaper
 /// than a HEAD per blob.
 const LIST_OVER: usize = 256;
-
-/// Largest manifest document read back from a remote.
-pub(super) const MAX_REMOTE_MANIFEST: u64 = crate::archive::MAX_MANIFEST_BYTES;
 
 /// Options of a push.
 #[derive(Default)]
@@ -52,62 +50,6 @@ pub struct PushResult {
     pub skipped_bytes: u64,
     /// `uploaded`, or `already_present` (the remote had this checkpoint).
     pub manifest: &'static str,
-}
-
-/// The distinct payloads of `m`, one entry per digest, in manifest order.
-pub(super) fn distinct_payloads(m: &CheckpointManifest) -> Vec<FileEntry> {
-    let mut seen = HashSet::new();
-    m.files
-        .iter()
-        .cloned()
-        .chain(m.objects.iter().map(object_as_file))
-        .filter(|f| seen.insert(f.sha256.clone()))
-        .collect()
-}
-
-/// Reads a manifest document from the remote (bounded), or `None`.
-pub(super) fn fetch_document(remote: &dyn RemoteStore, key: &str) -> Result<Option<Vec<u8>>> {
-    let Some(reader) = remote.get(key)? else {
-        return Ok(None);
-    };
-    let mut bytes = Vec::new();
-    reader
-        .take(MAX_REMOTE_MANIFEST + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| remote_read_error(key, e))?;
-    if bytes.len() as u64 > MAX_REMOTE_MANIFEST {
-        return Err(WsError::CorruptRemote(format!(
-            "{key} is larger than {MAX_REMOTE_MANIFEST} bytes"
-        )));
-    }
-    Ok(Some(bytes))
-}
-
-/// Decodes a remote manifest document (any breach of the rules is a
-/// corrupt remote; bounds are the caller's).
-pub(super) fn decode_remote(
-    bytes: &[u8],
-    key: &str,
-    limits: ArchiveLimits,
-) -> Result<CheckpointManifest> {
-    decode_manifest_document(bytes, limits).map_err(|e| match e {
-        crate::archive::DocumentError::Invalid(why) => {
-            WsError::CorruptRemote(format!("{key} is {why}"))
-        }
-        crate::archive::DocumentError::Limit(e) => e,
-    })
-}
-
-/// A stream error while reading from the remote: the remote's own error
-/// when it carries one.
-pub(super) fn remote_read_error(key: &str, e: std::io::Error) -> WsError {
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<RemoteError>())
-    {
-        Some(r) => WsError::Remote(r.clone()),
-        None => WsError::io(format!("read {key} from the remote"), e),
-    }
 }
 
 /// Pushes checkpoint `checkpoint_id` of `registry` to `remote`: every blob
