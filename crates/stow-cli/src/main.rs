@@ -3,6 +3,7 @@
 //! diagnostics go to stderr. Exit codes: 0 success, 1 refused or failed,
 //! 2 usage error.
 
+mod attached;
 mod mcp;
 mod progress;
 mod receipts;

@@ -345,64 +345,8 @@ pub enum WorkspaceCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Register an existing directory (default: the current one) as a
-    /// workspace, in place: nothing is copied; only DIR/.stow is written.
-    Attach {
-        /// The directory to attach (default: the current one).
-        #[arg(long)]
-        root: Option<PathBuf>,
-        /// TTL in seconds (informational: attached workspaces are never collected).
-        #[arg(long, default_value_t = 0)]
-        ttl_seconds: u64,
-        /// The bucket view's byte quota (default 64 MiB).
-        #[arg(long, default_value_t = 0)]
-        max_bytes: u64,
-        /// The bucket view's object quota (default 10,000).
-        #[arg(long, default_value_t = 0)]
-        max_objects: u64,
-        /// Capture what git ignores too (default: leave it out, as git does).
-        #[arg(long)]
-        no_gitignore: bool,
-        #[command(flatten)]
-        registry: RegistryArgs,
-    },
-    /// Forget an attached workspace: its record, its .stow and (unless
-    /// kept) its checkpoints; nothing else in the tree is touched.
-    Detach {
-        /// The workspace (default: the one holding the current directory).
-        #[arg(long)]
-        id: Option<String>,
-        /// Keep its checkpoints in the registry.
-        #[arg(long)]
-        keep_checkpoints: bool,
-        #[command(flatten)]
-        registry: RegistryArgs,
-    },
-    /// What changed in the tree since a checkpoint (default: the head).
-    Status {
-        /// The workspace (default: the one holding the current directory).
-        #[arg(long)]
-        id: Option<String>,
-        /// Compare with this checkpoint instead of the head.
-        #[arg(long)]
-        against: Option<String>,
-        #[command(flatten)]
-        registry: RegistryArgs,
-    },
-    /// The workspace's checkpoints, newest first, with messages and its head.
-    Log {
-        /// The workspace (default: the one holding the current directory).
-        #[arg(long)]
-        id: Option<String>,
-        /// Checkpoints per page (1 to 1000).
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// The `next_cursor` of the previous page.
-        #[arg(long)]
-        cursor: Option<String>,
-        #[command(flatten)]
-        registry: RegistryArgs,
-    },
+    #[command(flatten)]
+    Attached(crate::attached::AttachedCommand),
     /// Destroy expired workspaces (TTL) of a partition.
     Collect {
         #[command(flatten)]
@@ -584,66 +528,7 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             let (id, registry) = registry.workspace(id)?;
             crate::watch::run(&registry, &id, parent_pid)
         }
-        C::Attach {
-            root,
-            ttl_seconds,
-            max_bytes,
-            max_objects,
-            no_gitignore,
-            registry,
-        } => {
-            let root = match root {
-                Some(r) => r,
-                None => std::env::current_dir()
-                    .map_err(|e| CliError::new("io_failure", format!("current directory: {e}")))?,
-            };
-            let opts = stow_workspace::attach::AttachOptions {
-                root,
-                ttl_seconds,
-                max_bytes,
-                max_objects,
-                no_gitignore,
-            };
-            json(stow_workspace::attach::attach(&registry.open()?, &opts)?)
-        }
-        C::Detach {
-            id,
-            keep_checkpoints,
-            registry,
-        } => {
-            let (id, registry) = registry.workspace(id)?;
-            json(stow_workspace::attach::detach(
-                &registry,
-                &id,
-                keep_checkpoints,
-            )?)
-        }
-        C::Status {
-            id,
-            against,
-            registry,
-        } => {
-            let (id, registry) = registry.workspace(id)?;
-            json(stow_checkpoint::status::status(
-                &registry,
-                &id,
-                against.as_deref(),
-            )?)
-        }
-        C::Log {
-            id,
-            limit,
-            cursor,
-            registry,
-        } => {
-            let (id, registry) = registry.workspace(id)?;
-            json(stow_checkpoint::history::log(
-                &registry,
-                &id,
-                limit,
-                cursor.as_deref(),
-            )?)
-        }
+        C::Attached(cmd) => crate::attached::run(cmd),
         C::Adopt {
             handoff: doc,
             remote,
