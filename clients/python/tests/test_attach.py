@@ -48,6 +48,17 @@ def test_attach_checkpoint_log_detach(tree: Path, tmp_path: Path, monkeypatch: p
     second = stow_s3.checkpoint_workspace(message="second\nline two", cwd=tree)
     assert second["parent_checkpoint_id"] == first["checkpoint_id"]
 
+    # The tree matches the head; then one edit shows, read by the capture rules.
+    assert stow_s3.workspace_status(cwd=tree)["clean"] is True
+    (tree / "src" / "main.py").write_text("print('changed')\n")
+    st = stow_s3.workspace_status(cwd=tree / "src")
+    assert (st["clean"], st["checkpoint_id"], st["changed"]) == (False, second["checkpoint_id"], 1)
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("src/main.py", "changed")]
+    against_first = stow_s3.workspace_status(ws_id, against=first["checkpoint_id"], registry_dir=reg, team="platform")
+    assert [(c["path"], c["kind"]) for c in against_first["changes"]] == [("src/main.py", "changed")]
+    assert against_first["checkpoint_id"] == first["checkpoint_id"]
+    (tree / "src" / "main.py").write_text("print('hello')\n")
+
     log = stow_s3.workspace_log(cwd=tree / "src")
     assert log["workspace_id"] == ws_id and log["head"] == second["checkpoint_id"]
     assert [(e["checkpoint_id"], e["message"], e["head"]) for e in log["checkpoints"]] == [

@@ -498,6 +498,24 @@ export async function workspaceLog(options: LogOptions = {}): Promise<WorkspaceJ
   );
 }
 
+export interface StatusOptions extends RegistryOptions {
+  /** The workspace (default: the one holding `cwd`). */
+  id?: string;
+  /** Compare with this checkpoint instead of the head. */
+  against?: string;
+}
+
+/**
+ * `status [--id] [--against]`: the live tree against a checkpoint (default:
+ * the head), as `diff`'s changes, with `clean` and counts; changes nothing.
+ */
+export async function workspaceStatus(options: StatusOptions = {}): Promise<WorkspaceJSON> {
+  return runWorkspaceCommand(
+    argv(["status"], [["--id", options.id], ["--against", options.against], ...registry(options)]),
+    options,
+  );
+}
+
 /** `diff --from --to`. */
 export async function diffWorkspaces(from: string, to: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
   return runWorkspaceCommand(argv(["diff", "--from", from, "--to", to], registry(options)), options);

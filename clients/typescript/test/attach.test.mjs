@@ -1,6 +1,6 @@
 // Attached workspaces (issue 26, first part) through the ./workspace helpers,
 // against the real binary: attachWorkspace, checkpointWorkspace({ message }),
-// workspaceLog and detachWorkspace.
+// workspaceLog, workspaceStatus and detachWorkspace.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -72,6 +72,18 @@ test("attach, checkpoint with messages, log, detach", async () => {
   const second = await w.checkpointWorkspace(undefined, { cwd: root, env, message });
   assert.equal(second.message, message);
   assert.equal(second.parent_checkpoint_id, first.checkpoint_id);
+
+  // Status: clean at the head, then one edit shows; against the first
+  // checkpoint the file was added.
+  assert.equal((await w.workspaceStatus({ cwd: root, env })).clean, true);
+  writeFileSync(join(root, "src", "main.ts"), "export const x = 2;\n");
+  const st = await w.workspaceStatus({ cwd: join(root, "src"), env });
+  assert.equal(st.clean, false);
+  assert.equal(st.checkpoint_id, second.checkpoint_id);
+  assert.deepEqual(st.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "changed"]]);
+  const vsFirst = await w.workspaceStatus({ id: ws.workspace_id, against: first.checkpoint_id, env });
+  assert.deepEqual(vsFirst.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "changed"]]);
+  writeFileSync(join(root, "src", "main.ts"), "export const x = 1;\n");
 
   const log = await w.workspaceLog({ cwd: join(root, "src"), env });
   assert.equal(log.workspace_id, ws.workspace_id);

@@ -57,6 +57,7 @@ from .workspace import (
     workspace_log,
     workspace_policy_set,
     workspace_policy_show,
+    workspace_status,
 )
 
 __version__ = "0.1.0"
@@ -112,6 +113,7 @@ __all__ = [
     "stow_binary_available",
     "with_session",
     "workspace_log",
+    "workspace_status",
     "workspace_policy_set",
     "workspace_policy_show",
 ]

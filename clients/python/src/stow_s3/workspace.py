@@ -438,6 +438,23 @@ def workspace_log(
     return args.registry(registry_dir, team).run(env, cwd)
 
 
+def workspace_status(
+    id: str | None = None,
+    *,
+    against: str | None = None,
+    registry_dir: PathLike | None = None,
+    team: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: PathLike | None = None,
+) -> WorkspaceJSON:
+    """``status [--id] [--against]``: the live tree against a checkpoint (default: the head),
+    as ``diff``'s changes (``{"checkpoint_id", "clean", "added", "changed", "deleted",
+    "changes": [...], "links"?}``); changes nothing. Without ``id``, the workspace holding
+    ``cwd``."""
+    args = _Args("status").opt("--id", id).opt("--against", against)
+    return args.registry(registry_dir, team).run(env, cwd)
+
+
 def diff_workspaces(
     from_id: str,
     to_id: str,
