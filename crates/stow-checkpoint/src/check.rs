@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::blobs::{blob_ok, verify_blob};
 use crate::error::Result;
-use crate::format::{load_manifest_with_nodes, object_as_file, summaries, FileEntry};
+use crate::format::{object_as_file, summaries, FileEntry};
 use crate::registry::Registry;
+use crate::stored::load_manifest_with_nodes;
 
 /// A damaged checkpoint and what is wrong with it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

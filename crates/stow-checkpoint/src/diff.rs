@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::format::{load_manifest, FileEntry, LinkEntry, ObjectEntry};
+use crate::format::{FileEntry, LinkEntry, ObjectEntry};
 use crate::registry::Registry;
+use crate::stored::load_manifest;
 
 /// One difference between two checkpoints.
 #[derive(Debug, Clone, Serialize, PartialEq)]

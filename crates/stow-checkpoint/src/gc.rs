@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::format::{load_manifest_with_nodes, summaries};
+use crate::format::summaries;
 use crate::fsutil::fsync_dir;
 use crate::layout::{checkpoints_dir, state};
 use crate::registry::Registry;
+use crate::stored::load_manifest_with_nodes;
 
 /// Collects unreferenced blobs and leftover staging. Caller holds the
 /// registry lock, so no capture is running in this partition.

@@ -72,6 +72,7 @@ mod materialize;
 mod objects;
 mod publish;
 pub mod status;
+mod stored;
 mod tree;
 mod validate;
 
@@ -83,13 +84,14 @@ pub use diff::{
     diff, diff_files, diff_links, BucketChange, Change, DiffResult, Kind, LinkChange, ObjectChange,
 };
 pub use format::{
-    check_belongs, check_message, load_manifest, registry_usage, summaries, CheckpointManifest,
-    CheckpointResult, DirectoryEntry, FileEntry, Ignored, LinkEntry, ObjectEntry, Origin,
-    SkippedEntry, Summary, MAX_MESSAGE_BYTES,
+    check_belongs, check_message, registry_usage, summaries, CheckpointManifest, CheckpointResult,
+    DirectoryEntry, FileEntry, Ignored, LinkEntry, ObjectEntry, Origin, SkippedEntry, Summary,
+    MAX_MESSAGE_BYTES,
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;
 pub use monitor::TreeMonitor;
+pub use stored::load_manifest;
 
 pub(crate) use blobs::{
     blob_ok, blob_path, discard, read_blob, stage_bytes, stage_known, stage_reader, Payload,

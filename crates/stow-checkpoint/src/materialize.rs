@@ -12,12 +12,13 @@ use sha2::{Digest, Sha256};
 
 use crate::blobs::{blob_path, verify_blob};
 use crate::error::{Result, WsError};
-use crate::format::{load_manifest, object_as_file, CheckpointManifest, FileEntry};
+use crate::format::{object_as_file, CheckpointManifest, FileEntry};
 use crate::fsutil::{create_dirs_within, hex};
 use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
 use crate::paths::check_checkpoint_path;
 use crate::progress::Progress;
 use crate::registry::Registry;
+use crate::stored::load_manifest;
 
 /// Verifies every payload of a checkpoint.
 pub fn verify(registry: &Registry, id: &str) -> Result<CheckpointManifest> {

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::capture::cached_digests;
 use crate::diff::{diff_files, diff_links, Change, Kind, LinkChange};
 use crate::error::{Result, WsError};
-use crate::format::{check_belongs, load_manifest, FileEntry};
+use crate::format::{check_belongs, FileEntry};
 use crate::fsutil::hex;
 use crate::history;
 use crate::layout::cache_path;
@@ -25,6 +25,7 @@ use crate::paths::{check_checkpoint_id, is_sensitive};
 use crate::registry::Registry;
 use crate::scan::scan;
 use crate::statcache::StatCache;
+use crate::stored::load_manifest;
 
 /// The live tree against a checkpoint.
 #[derive(Debug, Clone, Serialize)]
