@@ -214,16 +214,8 @@ pub fn random_hex(n: usize) -> String {
     hex(&buf)
 }
 
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
+/// Lowercase hex of bytes (the store's encoding, shared).
+pub use stow_store::hex;
 
 /// Now, as RFC 3339 UTC with nanoseconds.
 pub fn now_rfc3339() -> String {

@@ -6,6 +6,7 @@
 //! (reaped on access), are bounded in number and never evicted: a full pool
 //! refuses new observations.
 
+use stow_store::hex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -150,16 +151,6 @@ impl Pool {
     pub fn clear(&mut self) {
         self.entries.clear();
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 #[cfg(test)]

@@ -45,8 +45,9 @@ pub use store::{
     VERIFIED_READ_LIMIT,
 };
 
-/// Lowercase hex of bytes.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of bytes: the one encoding of digests and IDs every
+/// crate of the project uses.
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

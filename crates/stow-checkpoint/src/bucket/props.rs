@@ -148,8 +148,7 @@ pub(super) fn quoted_md5(file: &mut File) -> io::Result<String> {
         hasher.update(&buf[..n]);
     }
     let digest = hasher.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("\"{hex}\""))
+    Ok(format!("\"{}\"", stow_store::hex(&digest)))
 }
 
 impl WorkspaceBucket {

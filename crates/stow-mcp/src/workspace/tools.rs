@@ -242,7 +242,7 @@ impl WorkspaceCore {
         h.update(self.settings.workspace_id.as_bytes());
         h.update([0u8]);
         h.update(key.as_bytes());
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        stow_store::hex(&h.finalize())
     }
 
     /// The first entry of a page: 0, or where `cursor` says.
