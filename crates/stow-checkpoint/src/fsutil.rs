@@ -14,9 +14,7 @@ use crate::error::{Result, WsError};
 
 /// Fsyncs a directory so a rename or create inside it survives a crash.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| WsError::io_at("fsync directory", dir, e))
+    stow_store::sync_dir(dir).map_err(|e| WsError::io_at("fsync directory", dir, e))
 }
 
 /// Creates a directory (and parents) with mode 0700.

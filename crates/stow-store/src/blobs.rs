@@ -54,7 +54,10 @@ pub(crate) enum BlobStore {
     },
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Fsyncs a directory, so a create, rename or unlink inside it survives a
+/// crash (ARCHITECTURE.md, "Assumptions about the filesystem"): the one
+/// directory flush every crate uses.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

@@ -27,10 +27,7 @@ pub(super) enum AtPath {
     Link,
 }
 
-/// Makes `dir`'s entries durable.
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+pub(super) use stow_store::sync_dir;
 
 /// Whether an error says the path (or a parent) is not there.
 pub(super) fn is_missing(e: &io::Error) -> bool {
