@@ -426,12 +426,24 @@ pub(super) fn scan_dir(
     out: &mut Scan,
     subdirs: &mut Vec<(PathBuf, String, usize)>,
 ) -> Result<()> {
-    let rd = fs::read_dir(dir).map_err(|e| WsError::io_at("read directory", dir, e))?;
+    // An entry that went away (or became something else) between its
+    // listing and its read is the tree changing (retryable), not an I/O
+    // failure: a writer may remove a directory at any moment.
+    let changed_or_io = |what: &str, path: &Path, shown: &str, e: std::io::Error| {
+        let gone = e.kind() == std::io::ErrorKind::NotFound
+            || matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP));
+        if gone && !(shown.is_empty() && what == "read directory") {
+            WsError::WorkspaceChanged(format!("{shown} was removed or replaced while it was read"))
+        } else {
+            WsError::io_at(what, path, e)
+        }
+    };
+    let rd = fs::read_dir(dir).map_err(|e| changed_or_io("read directory", dir, rel, e))?;
     // The first file of the directory has its whole path checked; the rest
     // only their names (the directory part is the same).
     let mut dir_checked = false;
     for entry in rd {
-        let entry = entry.map_err(|e| WsError::io_at("read directory", dir, e))?;
+        let entry = entry.map_err(|e| changed_or_io("read directory", dir, rel, e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if excluded(depth, &name) {
@@ -461,7 +473,7 @@ pub(super) fn scan_dir(
             check_checkpoint_path(&child)?;
             let meta = entry
                 .metadata()
-                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+                .map_err(|e| changed_or_io("stat", &entry.path(), &child, e))?;
             out.dirs.push(DirectoryEntry {
                 path: child.clone(),
                 mode: meta.permissions().mode() & 0o777,
@@ -482,7 +494,7 @@ pub(super) fn scan_dir(
         if ft.is_symlink() {
             // The link itself, never what it points at.
             let target = fs::read_link(entry.path())
-                .map_err(|e| WsError::io_at("read link", &entry.path(), e))?;
+                .map_err(|e| changed_or_io("read link", &entry.path(), &child, e))?;
             out.links.push(LinkEntry {
                 path: child,
                 target: target.to_string_lossy().into_owned(),
@@ -494,7 +506,7 @@ pub(super) fn scan_dir(
             // relative to the open directory.
             let meta = entry
                 .metadata()
-                .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+                .map_err(|e| changed_or_io("stat", &entry.path(), &child, e))?;
             // Replaced by something else since the listing: refuse; a
             // retry sees what is there now.
             if meta.file_type().is_file() {
@@ -557,6 +569,20 @@ pub(super) fn restat(root: &Path, f: &Scanned) -> Option<Scanned> {
 #[cfg(test)]
 mod tests {
     use super::merge_sorted;
+    use super::{scan_dir, Scan};
+
+    #[test]
+    fn a_directory_removed_before_it_is_read_is_the_tree_changing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut out, mut subdirs) = (Scan::default(), Vec::new());
+        let gone = tmp.path().join("shared");
+        let e = scan_dir(&gone, "shared", 1, false, None, &mut out, &mut subdirs).unwrap_err();
+        assert_eq!(e.code(), "workspace_changed", "{e}");
+        assert!(e.retryable());
+        // The root itself missing is not a change of the tree.
+        let e = scan_dir(&gone, "", 0, false, None, &mut out, &mut subdirs).unwrap_err();
+        assert_eq!(e.code(), "io_failure", "{e}");
+    }
 
     fn key(e: &(String, u8)) -> &str {
         &e.0

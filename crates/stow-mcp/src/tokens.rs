@@ -6,9 +6,9 @@
 //! (reaped on access), are bounded in number and never evicted: a full pool
 //! refuses new observations.
 
-use stow_store::hex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use stow_store::hex;
 
 use stow_store::SaveCondition;
 

@@ -33,11 +33,11 @@ mod store;
 pub mod validate;
 
 pub use backend::ObjectBackend;
+pub use blobs::sync_dir;
 pub use checksum::{decode_content_md5, Checksum, ChecksumAlgorithm, ChecksumType};
 pub use error::{io_is_no_space, Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use joined::{JoinTicket, Joined, JoinedUpload};
-pub use blobs::sync_dir;
 pub use list::page_of_sorted;
 pub use model::*;
 pub use multipart::MIN_PART_SIZE;
