@@ -12,12 +12,10 @@ use crate::completed;
 use crate::error::{Result, StoreError};
 use crate::model::{CompletedPart, ObjectMeta, PutOptions};
 use crate::multipart::{
-    check_part_list, check_upload_id, choose_parts, completed_record, drop_upload, load_parts,
-    load_upload,
+    check_completion, choose_parts, completed_record, drop_upload, load_parts, load_upload,
 };
 use crate::record::{self, Record};
 use crate::store::{ObjectBody, ReceivedBody, Store};
-use crate::validate;
 
 /// What [`Store::join_upload`] found.
 // One per completion, moved once: boxing a variant would buy nothing.
@@ -68,10 +66,7 @@ impl Store {
         listed: &[CompletedPart],
         expected: Option<(ChecksumAlgorithm, String)>,
     ) -> Result<Joined> {
-        validate::bucket_name(bucket)?;
-        validate::object_key(key)?;
-        check_upload_id(upload_id)?;
-        check_part_list(listed)?;
+        check_completion(bucket, key, upload_id, listed)?;
         let full = match self.full_object_checksum(bucket, key, upload_id, listed) {
             Err(StoreError::NoSuchUpload { .. }) => {
                 return self.replay(bucket, key, upload_id, listed)

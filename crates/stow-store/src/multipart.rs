@@ -372,10 +372,7 @@ impl Store {
         condition: WriteCondition,
         expected: Option<(ChecksumAlgorithm, String)>,
     ) -> Result<ObjectMeta> {
-        validate::bucket_name(bucket)?;
-        validate::object_key(key)?;
-        check_upload_id(upload_id)?;
-        check_part_list(listed)?;
+        check_completion(bucket, key, upload_id, listed)?;
         // A full-object checksum needs the bytes: compute it outside the
         // write lock, then require the same part blobs inside it.
         let full = match self.full_object_checksum(bucket, key, upload_id, listed) {
@@ -535,6 +532,21 @@ pub(crate) fn drop_upload(
     conn.execute("DELETE FROM parts WHERE upload = ?1", [upload_id])?;
     conn.execute("DELETE FROM uploads WHERE id = ?1", [upload_id])?;
     Ok(())
+}
+
+/// The input rules of a completion (names, upload ID, part list), checked
+/// before anything is read: one home for `complete_upload_checked` and
+/// `join_upload`.
+pub(crate) fn check_completion(
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    listed: &[CompletedPart],
+) -> Result<()> {
+    validate::bucket_name(bucket)?;
+    validate::object_key(key)?;
+    check_upload_id(upload_id)?;
+    check_part_list(listed)
 }
 
 /// Refuses an empty part list, or one not in ascending order.
