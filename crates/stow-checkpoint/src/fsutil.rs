@@ -268,3 +268,46 @@ pub fn clean(p: &Path) -> PathBuf {
     }
     out
 }
+
+/// SHA-256 of a regular file, never through a link (`None`: not there or
+/// not a regular file any more).
+pub(crate) fn hash_file(path: &Path) -> Result<Option<String>> {
+    let mut f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(WsError::io_at("read", path, e)),
+    };
+    if !f
+        .metadata()
+        .map_err(|e| WsError::io_at("stat", path, e))?
+        .file_type()
+        .is_file()
+    {
+        return Ok(None);
+    }
+    let mut h = <sha2::Sha256 as sha2::Digest>::new();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match std::io::Read::read(&mut f, &mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(WsError::io_at("read", path, e)),
+        };
+        if n == 0 {
+            break;
+        }
+        sha2::Digest::update(&mut h, buf.get(..n).unwrap_or_default());
+    }
+    Ok(Some(hex(&sha2::Digest::finalize(h))))
+}

@@ -311,6 +311,9 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             )
         }
     };
+    if let Err(e) = crate::rewind::finish_locked(registry, &rec) {
+        return from_error(e, "lock");
+    }
     if started.elapsed() > req.timeout {
         return fail(
             "cancelled",

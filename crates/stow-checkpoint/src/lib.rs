@@ -109,6 +109,7 @@ pub(crate) use validate::validate_manifest;
 // Keyed captures, the watch service, the bucket view, transfer.
 pub mod bucket;
 pub mod keyed;
+pub mod rewind;
 mod transfer;
 pub mod watch_service;
 

@@ -132,12 +132,12 @@ pub fn materialize(
 /// Copies one payload to `root/<path>` (exclusive create, exact mode),
 /// hashing the bytes as they are written; a size or digest mismatch is
 /// `Corrupt`.
-pub(super) fn copy_verified(
+pub(crate) fn copy_verified(
     registry: &Registry,
     f: &FileEntry,
     root: &Path,
     buf: &mut [u8],
-) -> Result<()> {
+) -> Result<File> {
     let src = blob_path(registry, &f.sha256);
     let dst = root.join(&f.path);
     let mut input = File::open(&src)
@@ -174,7 +174,8 @@ pub(super) fn copy_verified(
     }
     // fchmod on the open file: exact mode regardless of the umask.
     out.set_permissions(fs::Permissions::from_mode(f.mode))
-        .map_err(|e| WsError::io_at("chmod", &dst, e))
+        .map_err(|e| WsError::io_at("chmod", &dst, e))?;
+    Ok(out)
 }
 
 /// `base_identity` of a tree holding exactly `files` (in walk order), read

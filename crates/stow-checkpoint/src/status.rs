@@ -8,17 +8,13 @@
 //! are read and hashed, so the cost is a stat per file plus the changed
 //! bytes.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::capture::cached_digests;
 use crate::diff::{diff_files, diff_links, Change, Kind, LinkChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, FileEntry};
-use crate::fsutil::hex;
+use crate::fsutil::{hash_file, hex};
 use crate::history;
 use crate::layout::cache_path;
 use crate::paths::{check_checkpoint_id, is_sensitive};
@@ -51,6 +47,9 @@ pub struct StatusResult {
 /// the workspace's own), or with its head.
 pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<StatusResult> {
     let rec = registry.get(ws)?;
+    // An interrupted rewind is finished first: the tree is then one the
+    // history knows.
+    crate::rewind::finish_pending(registry, ws)?;
     let checkpoint_id = match against {
         Some(id) => {
             check_checkpoint_id(id)?;
@@ -81,7 +80,9 @@ pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<St
     for (f, cached) in tree.files.iter().zip(digests) {
         let sha256 = match cached {
             Some(d) => hex(&d),
-            None => hash_file(&rec.dir.join(&*f.path), &f.path)?,
+            None => hash_file(&rec.dir.join(&*f.path))?.ok_or_else(|| {
+                WsError::WorkspaceChanged(format!("{} was removed or replaced while read", f.path))
+            })?,
         };
         live.push(FileEntry {
             path: f.path.to_string(),
@@ -107,31 +108,4 @@ pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<St
         changes,
         links,
     })
-}
-
-/// SHA-256 of a file, never through a link; a file gone since the scan is
-/// the tree changing.
-fn hash_file(path: &std::path::Path, rel: &str) -> Result<String> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::EISDIR) => {
-                WsError::WorkspaceChanged(format!("{rel} was removed or replaced while read"))
-            }
-            _ => WsError::io_at("read", path, e),
-        })?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 << 10];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .map_err(|e| WsError::io_at("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
 }

@@ -53,6 +53,14 @@ struct StoredManifest {
     message: Option<String>,
 }
 
+/// The root tree node a checkpoint's manifest names (`None` for the flat
+/// layout).
+pub(crate) fn tree_root(registry: &Registry, id: &str) -> Result<Option<String>> {
+    check_checkpoint_id(id)?;
+    let s: StoredManifest = load_json(&checkpoints_dir(registry).join(id).join("manifest.json"))?;
+    Ok(s.tree)
+}
+
 /// Loads a published checkpoint manifest (either layout).
 pub fn load_manifest(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
     Ok(load_manifest_with_nodes(registry, id)?.0)

@@ -1,4 +1,4 @@
-//! `stow-s3 workspace attach|detach|status|log`: the directory an agent
+//! `stow-s3 workspace attach|detach|status|log|rewind`: the directory an agent
 //! already works in, checkpointed in place. Parses, calls the libraries,
 //! returns one JSON document.
 
@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use stow_checkpoint::progress::Progress;
+
+use crate::progress::TerminalBar;
 use crate::workspace::{json, RegistryArgs};
 use crate::CliError;
 
@@ -53,6 +56,34 @@ pub enum AttachedCommand {
         /// Compare with this checkpoint instead of the head.
         #[arg(long)]
         against: Option<String>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Put the tree back to a checkpoint, in place. The tree is captured
+    /// first (the undo checkpoint: rewind to it to undo); only what
+    /// differs is written; a path written meanwhile is left alone and
+    /// reported (exit 1, workspace_changed).
+    Rewind {
+        /// The checkpoint to rewind to.
+        #[arg(long)]
+        to: String,
+        /// The workspace (default: the one holding the current directory).
+        #[arg(long)]
+        id: Option<String>,
+        /// Only these files or directories (relative to the root); the
+        /// head stays on the undo checkpoint.
+        #[arg(long, num_args = 1..)]
+        paths: Vec<String>,
+        /// Print the plan (the changes, as status reports them) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The undo checkpoint's message (default "before rewind to CP").
+        #[arg(long)]
+        message: Option<String>,
+        /// A key that makes the rewind idempotent: the same key and inputs
+        /// answer the first rewind's result.
+        #[arg(long)]
+        request_key: Option<String>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -120,6 +151,39 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                 &id,
                 against.as_deref(),
             )?)
+        }
+        A::Rewind {
+            to,
+            id,
+            paths,
+            dry_run,
+            message,
+            request_key,
+            registry,
+        } => {
+            let (id, registry) = registry.workspace(id)?;
+            let bar = TerminalBar::for_stderr();
+            let result = stow_checkpoint::rewind::rewind(
+                &registry,
+                &stow_checkpoint::rewind::RewindRequest {
+                    workspace_id: &id,
+                    to: &to,
+                    paths,
+                    dry_run,
+                    message,
+                    request_key: request_key.as_deref(),
+                    progress: bar.as_ref().map(|b| b as &dyn Progress),
+                    monitor: None,
+                },
+            )?;
+            match result.error() {
+                None => json(result),
+                // The result still says what was done: it is the document.
+                Some(e) => Err(CliError {
+                    document: Some(json(&result)?),
+                    ..CliError::from(e)
+                }),
+            }
         }
         A::Log {
             id,

@@ -104,6 +104,11 @@ pub struct CaptureOptions<'a> {
     /// How the checkpoint is recorded (`None`: a capture; a rewind's
     /// capture says `Origin::Rewind`).
     pub origin: Option<Origin>,
+    /// A checkpoint of this workspace to answer with when the tree read
+    /// equals its tree (same root node): nothing is published then. (A
+    /// rewind's undo capture reuses a clean head this way; portable
+    /// captures always publish.)
+    pub same_as: Option<String>,
     /// Test hook run after payloads are copied and before the re-scan.
     #[doc(hidden)]
     pub after_copy: Option<&'a (dyn Fn() + Sync)>,
@@ -118,6 +123,7 @@ pub fn capture(registry: &Registry, ws: &str, opts: &CaptureOptions) -> Result<C
     let _capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
         .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
     let _registry_lock = registry.lock()?;
+    crate::rewind::finish_locked(registry, &rec)?;
     let id = format!("cp_{}", random_hex(12));
     capture_locked(registry, &rec, &id, opts, None)
 }

@@ -129,6 +129,10 @@ impl Capture<'_> {
             }
         };
         self.clock.lap("tree");
+        if let Some(same) = self.unchanged_since(&built) {
+            staged.discard();
+            return Ok((same, Left::Nothing));
+        }
         if let Some(hook) = self.opts.after_copy {
             hook();
         }
@@ -140,6 +144,22 @@ impl Capture<'_> {
         self.publish(
             &totals, objects, &staged, &built, assembled, &old_nodes, receipt,
         )
+    }
+
+    /// The checkpoint `same_as` names, when the tree just built is its
+    /// tree (`None` for a portable capture, a flat manifest, or a
+    /// checkpoint that is gone).
+    fn unchanged_since(&self, built: &BuiltTree) -> Option<CheckpointResult> {
+        let same = self.opts.same_as.as_deref()?;
+        if self.opts.spec.portable {
+            return None;
+        }
+        let root = crate::stored::tree_root(self.registry, same).ok()??;
+        if root != hex(&built.root) {
+            return None;
+        }
+        let m = crate::stored::load_manifest(self.registry, same).ok()?;
+        (m.workspace_id == self.rec.id).then(|| CheckpointResult::of(&m, 0))
     }
 
     /// The bucket's objects now (portable captures; compared again after

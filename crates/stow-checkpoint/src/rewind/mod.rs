@@ -1,0 +1,385 @@
+//! Rewind: the live tree of a workspace put back to one of its
+//! checkpoints, in place, undoably, without losing a concurrent write.
+//!
+//! 1. Under the workspace's capture lock and the registry lock, a rewind
+//!    interrupted earlier is finished first (`finish_pending`).
+//! 2. The tree is captured (`origin: rewind`): the **undo checkpoint**,
+//!    published durably before anything changes (a clean tree reuses its
+//!    head instead). `rewind --to <undo>` undoes the rewind.
+//! 3. The plan (`plan`) is computed from the undo checkpoint and the
+//!    target: only what differs, within the capture rules and `--paths`.
+//! 4. New bytes are staged under `<root>/.stow/rewind/<run>/`, fsynced.
+//! 5. The journal is written to the registry (`journal`).
+//! 6. The steps run (`apply`), each checking its path against the undo
+//!    checkpoint first; a path written since is a conflict, left alone.
+//! 7. The touched directories are flushed, the head moves to the target
+//!    (a `--paths` rewind leaves it on the undo checkpoint), a keyed
+//!    rewind's receipt is stored, and the journal and stage are removed.
+//!
+//! Crash rule: a kill before step 5 leaves the tree untouched (a stale
+//! stage under `.stow` is removed by the next rewind); after it, every
+//! path is as it was or as the target has it (each change is one
+//! rename), and whoever next takes the workspace's capture lock finishes
+//! the journal by the same steps, a path already in its wanted state
+//! counting as done.
+
+mod apply;
+mod journal;
+mod plan;
+
+use serde::{Deserialize, Serialize};
+
+pub use apply::Conflict;
+
+use crate::capture::{capture_locked, CaptureOptions, CaptureSpec};
+use crate::diff::{Change, Kind, LinkChange};
+use crate::error::{Result, WsError};
+use crate::format::{check_belongs, check_message, Origin};
+use crate::fsutil::{create_private_dir, random_hex, FileLock};
+use crate::history;
+use crate::layout::{cache_path, state};
+use crate::monitor::TreeMonitor;
+use crate::paths::{check_checkpoint_id, check_workspace_id, is_sensitive};
+use crate::progress::Progress;
+use crate::registry::{Record, Registry};
+use crate::statcache::StatCache;
+use crate::stored::load_manifest;
+use apply::Applier;
+use journal::{Journal, KeyDigests};
+use plan::{check_scope, Domain};
+
+/// One rewind, as every caller states it.
+#[derive(Default)]
+pub struct RewindRequest<'a> {
+    pub workspace_id: &'a str,
+    /// The checkpoint to rewind to (one of the workspace's own).
+    pub to: &'a str,
+    /// Only these files or directories (empty: the whole tree).
+    pub paths: Vec<String>,
+    /// Only report the plan; change nothing.
+    pub dry_run: bool,
+    /// The undo checkpoint's message (default "before rewind to CP").
+    pub message: Option<String>,
+    /// A caller's key: the same key with the same inputs answers the first
+    /// rewind's result again instead of rewinding twice.
+    pub request_key: Option<&'a str>,
+    /// Receives bytes staged so far.
+    pub progress: Option<&'a dyn Progress>,
+    /// A long-lived server's watch over this workspace (the undo capture
+    /// reads only what changed).
+    pub monitor: Option<&'a TreeMonitor>,
+}
+
+/// What a rewind did (or, with `dry_run`, would do).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RewindResult {
+    pub version: u32,
+    pub workspace_id: String,
+    /// The checkpoint rewound to.
+    pub checkpoint_id: String,
+    /// The capture taken first; rewinding to it undoes this rewind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_checkpoint_id: Option<String>,
+    /// The workspace's head afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    pub dry_run: bool,
+    /// `--paths`, as normalized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// Files and links written, and files whose mode was set.
+    pub written: u64,
+    /// Files, links and directories removed.
+    pub deleted: u64,
+    /// Files and links already as the checkpoint has them.
+    pub unchanged: u64,
+    /// Paths left alone because they changed after the undo capture.
+    pub conflicts: Vec<Conflict>,
+    /// Checkpoint paths the capture rules leave out (ignored, sensitive):
+    /// never written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Dry run: the tree against the checkpoint, as `status` reports it.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<Change>>,
+    #[serde(default, skip_deserializing, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkChange>,
+    /// Answered from a keyed rewind's receipt.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+impl RewindResult {
+    /// The error a rewind with conflicts ends with (its result still
+    /// says what it did).
+    pub fn error(&self) -> Option<WsError> {
+        (!self.conflicts.is_empty()).then(|| {
+            WsError::WorkspaceChanged(format!(
+                "{} path(s) changed after the undo checkpoint and were left as they are: {}",
+                self.conflicts.len(),
+                self.conflicts
+                    .iter()
+                    .take(5)
+                    .map(|c| c.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+}
+
+/// Rewinds workspace `req.workspace_id` to checkpoint `req.to`.
+pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> {
+    let ws = req.workspace_id;
+    check_workspace_id(ws)?;
+    check_checkpoint_id(req.to)?;
+    if let Some(m) = &req.message {
+        check_message(m)?;
+    }
+    let scope = check_scope(&req.paths)?;
+    let rec = registry.get(ws)?;
+    if req.dry_run {
+        return dry_run(registry, &rec, req.to, scope);
+    }
+    let _locks = lock(registry, ws)?;
+    finish_locked(registry, &rec)?;
+    // A rewind killed before its journal left at most a stage.
+    remove_stages(&rec.dir);
+    let key = req
+        .request_key
+        .map(|k| KeyDigests::of(ws, k, req.to, &scope, req.message.as_deref()));
+    if let Some(key) = &key {
+        if let Some(mut done) = journal::replay(registry, key)? {
+            done.replayed = true;
+            return Ok(done);
+        }
+    }
+    check_belongs(registry, req.to, ws)?;
+    let target = load_manifest(registry, req.to)?;
+    if !rec.dir.is_dir() {
+        return Err(WsError::NotFound(format!(
+            "workspace directory {}",
+            rec.dir.display()
+        )));
+    }
+    // The undo capture reads the tree as the target was read: with
+    // sensitive paths when the target holds some.
+    let include_sensitive = target.files.iter().any(|f| is_sensitive(&f.path));
+    let head = history::head(registry, ws)?;
+    let undo = capture_locked(
+        registry,
+        &rec,
+        &format!("cp_{}", random_hex(12)),
+        &CaptureOptions {
+            spec: CaptureSpec {
+                include_sensitive,
+                message: Some(
+                    req.message
+                        .clone()
+                        .unwrap_or_else(|| format!("before rewind to {}", req.to)),
+                ),
+                ..Default::default()
+            },
+            origin: Some(Origin::Rewind),
+            same_as: head,
+            monitor: req.monitor,
+            progress: req.progress,
+            ..Default::default()
+        },
+        None,
+    )?;
+    let undo_id = undo.checkpoint_id;
+    let was = load_manifest(registry, &undo_id)?;
+    let rules = crate::ignorefile::load(&rec.dir, rec.gitignore)?;
+    let plan = plan::build(
+        &was,
+        &target,
+        &scope,
+        &Domain {
+            rules: rules.as_ref(),
+            include_sensitive,
+        },
+    );
+    let run = random_hex(8);
+    let stage = stage_root(&rec).join(&run);
+    create_private_dir(&stage_root(&rec))?;
+    create_private_dir(&stage)?;
+    let cache = StatCache::load(&cache_path(registry, ws));
+    let applier = Applier::new(registry, &rec.dir, stage.clone(), cache, false);
+    if let Err(e) = applier.stage_all(&plan.steps, req.progress) {
+        let _ = std::fs::remove_dir_all(&stage);
+        return Err(e);
+    }
+    let j = Journal {
+        version: 1,
+        workspace_id: ws.to_string(),
+        run,
+        target: req.to.to_string(),
+        undo: undo_id,
+        head: if scope.is_empty() {
+            req.to.to_string()
+        } else {
+            was.id.clone()
+        },
+        scope,
+        unchanged: plan.unchanged,
+        skipped: plan.skipped,
+        key,
+        steps: plan.steps,
+    };
+    if let Err(e) = journal::write(registry, &j) {
+        let _ = std::fs::remove_dir_all(&stage);
+        return Err(e);
+    }
+    crate::fault::point("rewind.journaled");
+    run_journal(registry, &rec.dir, &j, applier)
+}
+
+/// Runs a journal's steps with `applier`, then ends the rewind (flush,
+/// head, receipt, journal and stage removed).
+fn run_journal(
+    registry: &Registry,
+    root: &std::path::Path,
+    j: &Journal,
+    mut applier: Applier,
+) -> Result<RewindResult> {
+    for (n, step) in j.steps.iter().enumerate() {
+        applier.run(n, step)?;
+        crate::fault::point("rewind.step");
+    }
+    applier.finish(&j.steps)?;
+    history::set_head(registry, &j.workspace_id, &j.head)?;
+    let applied = applier.applied;
+    let result = RewindResult {
+        version: 1,
+        workspace_id: j.workspace_id.clone(),
+        checkpoint_id: j.target.clone(),
+        undo_checkpoint_id: Some(j.undo.clone()),
+        head: Some(j.head.clone()),
+        dry_run: false,
+        paths: j.scope.clone(),
+        written: applied.written,
+        deleted: applied.deleted,
+        unchanged: j.unchanged,
+        conflicts: applied.conflicts,
+        skipped: j.skipped.clone(),
+        changes: None,
+        links: Vec::new(),
+        replayed: false,
+    };
+    if let Some(key) = &j.key {
+        journal::store_receipt(registry, key, &result)?;
+    }
+    // The stage goes before the journal: no stage outlives its journal
+    // (finishing again finds every path done).
+    remove_stages(root);
+    crate::fault::point("rewind.unstaged");
+    journal::remove(registry, &j.workspace_id)?;
+    Ok(result)
+}
+
+/// `<root>/.stow/rewind`: the stage directories of rewinds.
+fn stage_root(rec: &Record) -> std::path::PathBuf {
+    rec.dir.join(".stow").join("rewind")
+}
+
+/// Removes every stage directory of the workspace at `root` (called
+/// under its capture lock once its rewind is done: what is left there
+/// belongs to none).
+fn remove_stages(root: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(root.join(".stow").join("rewind"));
+}
+
+/// The workspace's capture lock (refused with `in_progress` when held)
+/// and the registry lock.
+fn lock(registry: &Registry, ws: &str) -> Result<(FileLock, FileLock)> {
+    registry.ensure()?;
+    let locks = state(registry).join("capture-locks");
+    create_private_dir(&locks)?;
+    let capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
+        .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
+    Ok((capture, registry.lock()?))
+}
+
+/// Finishes an interrupted rewind of `rec`, the caller holding the
+/// workspace's capture lock and the registry lock. Nothing to do (the
+/// common case) costs one `stat`.
+pub(crate) fn finish_locked(registry: &Registry, rec: &Record) -> Result<Option<RewindResult>> {
+    let Some(j) = journal::read(registry, &rec.id)? else {
+        return Ok(None);
+    };
+    let stage = stage_root(rec).join(&j.run);
+    create_private_dir(&stage_root(rec))?;
+    create_private_dir(&stage)?;
+    let cache = StatCache::load(&cache_path(registry, &rec.id));
+    let applier = Applier::new(registry, &rec.dir, stage, cache, true);
+    tracing::info!(workspace = %rec.id, target = %j.target, "finishing an interrupted rewind");
+    run_journal(registry, &rec.dir, &j, applier).map(Some)
+}
+
+/// Finishes an interrupted rewind of workspace `ws`, if there is one
+/// (`status` and `check` call this; a capture and a rewind do it under
+/// their own locks). `in_progress` when another process holds the
+/// workspace.
+pub fn finish_pending(registry: &Registry, ws: &str) -> Result<Option<RewindResult>> {
+    check_workspace_id(ws)?;
+    if !journal::exists(registry, ws) {
+        return Ok(None);
+    }
+    let rec = registry.get(ws)?;
+    let _locks = lock(registry, ws)?;
+    finish_locked(registry, &rec)
+}
+
+/// Forgets a removed workspace's rewind journal.
+pub(crate) fn forget(registry: &Registry, ws: &str) {
+    journal::forget(registry, ws);
+}
+
+/// The plan of a rewind as `status` reports the tree against the target,
+/// restricted to `scope`; nothing changes.
+fn dry_run(
+    registry: &Registry,
+    rec: &Record,
+    to: &str,
+    scope: Vec<String>,
+) -> Result<RewindResult> {
+    let s = crate::status::status(registry, &rec.id, Some(to))?;
+    let in_scope = |p: &str| {
+        scope.is_empty()
+            || scope.iter().any(|s| {
+                p == s || (p.starts_with(s.as_str()) && p.as_bytes().get(s.len()) == Some(&b'/'))
+            })
+    };
+    let changes: Vec<Change> = s
+        .changes
+        .into_iter()
+        .filter(|c| in_scope(&c.path))
+        .collect();
+    let links: Vec<LinkChange> = s.links.into_iter().filter(|l| in_scope(&l.path)).collect();
+    // Status compares checkpoint → tree: what the tree added, the rewind
+    // deletes; everything else it writes.
+    let deleted = changes.iter().filter(|c| c.kind == "added").count()
+        + links.iter().filter(|l| l.kind == Kind::Added).count();
+    let written = changes.len() + links.len() - deleted;
+    let target = load_manifest(registry, to)?;
+    let in_target = target.files.iter().filter(|f| in_scope(&f.path)).count()
+        + target.links.iter().filter(|l| in_scope(&l.path)).count();
+    Ok(RewindResult {
+        version: 1,
+        workspace_id: rec.id.clone(),
+        checkpoint_id: to.to_string(),
+        undo_checkpoint_id: None,
+        head: history::head(registry, &rec.id)?,
+        dry_run: true,
+        paths: scope,
+        written: written as u64,
+        deleted: deleted as u64,
+        unchanged: in_target.saturating_sub(written) as u64,
+        conflicts: Vec::new(),
+        skipped: Vec::new(),
+        changes: Some(changes),
+        links,
+        replayed: false,
+    })
+}

@@ -1,0 +1,474 @@
+//! The plan of a rewind: for every path where the tree as the undo
+//! checkpoint recorded it (`was`) differs from the target checkpoint
+//! (`want`), the steps that turn one into the other, in the order they
+//! can run: removals, emptied directories, new directories, installs,
+//! directory modes.
+//!
+//! A plan is computed from two published (immutable) manifests, never
+//! from the live tree; the live tree is compared with `was` only when a
+//! step runs (`apply`), which is what makes a concurrent write a conflict
+//! instead of a loss.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ignore::gitignore::Gitignore;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, WsError};
+use crate::format::CheckpointManifest;
+use crate::ignorefile::is_ignored;
+use crate::paths::{check_checkpoint_path, is_reserved_path, is_sensitive};
+
+/// What a path holds in one of the two checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Entry {
+    Absent,
+    File {
+        sha256: String,
+        size: u64,
+        mode: u32,
+    },
+    Link {
+        target: String,
+    },
+    Dir {
+        mode: u32,
+    },
+}
+
+impl Entry {
+    fn same_kind(&self, other: &Entry) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// One step of a rewind. `was` is what the undo checkpoint recorded at the
+/// path when the step runs (so a step that follows a removal expects
+/// nothing there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub(crate) enum Step {
+    /// Remove a file or link (the checkpoint has nothing, a directory, or
+    /// an entry of another kind there).
+    Remove { path: String, was: Entry },
+    /// Remove a directory the checkpoint does not hold, once empty (what
+    /// the capture rules left out stays, and the directory with it).
+    RemoveDir { path: String },
+    /// Create a directory the checkpoint holds.
+    MakeDir { path: String },
+    /// Put a file or link in place (`want` is `File` or `Link`), replacing
+    /// `was` (`Absent`, or an entry of the same kind).
+    Install {
+        path: String,
+        was: Entry,
+        want: Entry,
+    },
+    /// Set a file's mode (same bytes).
+    Chmod { path: String, was: Entry, mode: u32 },
+    /// Set a directory's mode (deepest first, once everything inside is
+    /// written).
+    DirMode { path: String, mode: u32 },
+}
+
+impl Step {
+    /// The path the step acts on.
+    pub(crate) fn path(&self) -> &str {
+        match self {
+            Step::Remove { path, .. }
+            | Step::RemoveDir { path }
+            | Step::MakeDir { path }
+            | Step::Install { path, .. }
+            | Step::Chmod { path, .. }
+            | Step::DirMode { path, .. } => path,
+        }
+    }
+}
+
+/// Which paths a rewind may touch: the ones a capture of the tree reads.
+pub(crate) struct Domain<'a> {
+    pub rules: Option<&'a Gitignore>,
+    pub include_sensitive: bool,
+}
+
+impl Domain<'_> {
+    /// Whether a capture reads `path` (a file, link or directory): no
+    /// reserved segment, no ignored ancestor or leaf, not sensitive unless
+    /// included.
+    fn covers(&self, path: &str, is_dir: bool) -> bool {
+        if is_reserved_path(path) || (!self.include_sensitive && is_sensitive(path)) {
+            return false;
+        }
+        let Some(rules) = self.rules else {
+            return true;
+        };
+        let ancestor_ignored = path
+            .match_indices('/')
+            .any(|(i, _)| is_ignored(rules, &path[..i], true));
+        !ancestor_ignored && !is_ignored(rules, path, is_dir)
+    }
+}
+
+/// The steps, and what the plan leaves alone.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    pub steps: Vec<Step>,
+    /// Files and links the target holds that are already in place.
+    pub unchanged: u64,
+    /// Target paths the capture rules leave out (ignored or sensitive):
+    /// never written.
+    pub skipped: Vec<String>,
+}
+
+/// Every path of a manifest with what it holds (directories implied by a
+/// file or link included).
+fn entries(m: &CheckpointManifest) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    for d in &m.dirs {
+        out.insert(d.path.clone(), Entry::Dir { mode: d.mode });
+    }
+    let add_parents = |out: &mut BTreeMap<String, Entry>, path: &str| {
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            out.entry(parent.to_string())
+                .or_insert(Entry::Dir { mode: 0o755 });
+            at = parent;
+        }
+    };
+    for f in &m.files {
+        add_parents(&mut out, &f.path);
+        out.insert(
+            f.path.clone(),
+            Entry::File {
+                sha256: f.sha256.clone(),
+                size: f.size,
+                mode: f.mode,
+            },
+        );
+    }
+    for l in &m.links {
+        add_parents(&mut out, &l.path);
+        out.insert(
+            l.path.clone(),
+            Entry::Link {
+                target: l.target.clone(),
+            },
+        );
+    }
+    out
+}
+
+/// Checks and normalizes `--paths`: clean relative paths, no reserved
+/// segment, a trailing slash dropped, duplicates and paths under another
+/// one folded.
+pub(crate) fn check_scope(paths: &[String]) -> Result<Vec<String>> {
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    for p in paths {
+        let p = p.trim_end_matches('/');
+        let p = p.strip_prefix("./").unwrap_or(p);
+        check_checkpoint_path(p).map_err(|e| match e {
+            WsError::InvalidPath { path, reason } => WsError::InvalidPath {
+                path,
+                reason: format!("{reason} (a --paths entry names a file or directory of the tree)"),
+            },
+            e => e,
+        })?;
+        out.insert(p.to_string());
+    }
+    let all: Vec<String> = out.iter().cloned().collect();
+    Ok(all
+        .iter()
+        .filter(|p| !all.iter().any(|q| q != *p && under(p, q)))
+        .cloned()
+        .collect())
+}
+
+/// Whether `path` is `scope` or lies inside it.
+fn under(path: &str, scope: &str) -> bool {
+    path == scope || (path.starts_with(scope) && path.as_bytes().get(scope.len()) == Some(&b'/'))
+}
+
+/// The plan that turns `was` (the undo checkpoint) into `want` (the
+/// target), restricted to `scope` (empty: the whole tree) and to what
+/// `domain` covers.
+///
+/// Long because the five step groups are one ordering rule, best read in
+/// one place.
+pub(crate) fn build(
+    was: &CheckpointManifest,
+    want: &CheckpointManifest,
+    scope: &[String],
+    domain: &Domain,
+) -> Plan {
+    let before = entries(was);
+    let after = entries(want);
+    let in_scope = |p: &str| scope.is_empty() || scope.iter().any(|s| under(p, s));
+    // An ancestor of a scoped path must exist as a directory for the path
+    // to be written: it joins the scope for creation only.
+    let is_ancestor_of_scope = |p: &str| scope.iter().any(|s| s.len() > p.len() && under(s, p));
+    let mut plan = Plan::default();
+    let mut skipped_dirs: Vec<&str> = Vec::new();
+    let paths: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let mut removes = Vec::new();
+    let mut remove_dirs = Vec::new();
+    let mut make_dirs = Vec::new();
+    let mut installs = Vec::new();
+    let mut dir_modes = Vec::new();
+    for path in paths {
+        let creating_ancestor = is_ancestor_of_scope(path);
+        if !in_scope(path) && !creating_ancestor {
+            continue;
+        }
+        let was = before.get(path).cloned().unwrap_or(Entry::Absent);
+        let want = after.get(path).cloned().unwrap_or(Entry::Absent);
+        // Outside the scope only a missing ancestor directory is made.
+        let missing_ancestor = was == Entry::Absent && matches!(want, Entry::Dir { .. });
+        if !in_scope(path) && !missing_ancestor {
+            continue;
+        }
+        // The undo checkpoint read the tree by the capture rules, so
+        // anything it holds is in the domain; a target path it does not
+        // hold must be, too, or it is left alone.
+        if was == Entry::Absent {
+            if skipped_dirs.iter().any(|d| under(path, d)) {
+                continue;
+            }
+            let is_dir = matches!(want, Entry::Dir { .. });
+            if !domain.covers(path, is_dir) {
+                plan.skipped.push(path.clone());
+                if is_dir {
+                    skipped_dirs.push(path);
+                }
+                continue;
+            }
+        }
+        match (&was, &want) {
+            (a, b) if a == b => {
+                if !matches!(b, Entry::Dir { .. }) {
+                    plan.unchanged += 1;
+                }
+            }
+            (Entry::Dir { .. }, Entry::Dir { mode }) => dir_modes.push(Step::DirMode {
+                path: path.clone(),
+                mode: *mode,
+            }),
+            (
+                Entry::File { sha256: a, .. },
+                Entry::File {
+                    sha256: b, mode, ..
+                },
+            ) if a == b => installs.push(Step::Chmod {
+                path: path.clone(),
+                was: was.clone(),
+                mode: *mode,
+            }),
+            _ => {
+                // Whatever is there and is not of the wanted kind goes first.
+                let replace_in_place =
+                    was.same_kind(&want) && matches!(want, Entry::File { .. } | Entry::Link { .. });
+                let mut was_now = was.clone();
+                if !replace_in_place {
+                    match &was {
+                        Entry::File { .. } | Entry::Link { .. } => {
+                            removes.push(Step::Remove {
+                                path: path.clone(),
+                                was: was.clone(),
+                            });
+                            was_now = Entry::Absent;
+                        }
+                        Entry::Dir { .. } => {
+                            remove_dirs.push(Step::RemoveDir { path: path.clone() });
+                            was_now = Entry::Absent;
+                        }
+                        Entry::Absent => {}
+                    }
+                }
+                match &want {
+                    Entry::Absent => {}
+                    Entry::Dir { mode } => {
+                        make_dirs.push(Step::MakeDir { path: path.clone() });
+                        dir_modes.push(Step::DirMode {
+                            path: path.clone(),
+                            mode: *mode,
+                        });
+                    }
+                    Entry::File { .. } | Entry::Link { .. } => installs.push(Step::Install {
+                        path: path.clone(),
+                        was: was_now,
+                        want: want.clone(),
+                    }),
+                }
+            }
+        }
+    }
+    let depth = |s: &Step| s.path().matches('/').count();
+    // Deepest first: a directory is empty only once its children are gone.
+    remove_dirs.sort_by_key(|s| std::cmp::Reverse(depth(s)));
+    // Deepest first: a directory's own mode may forbid writing into it.
+    // (Directories are made in path order: parents first.)
+    dir_modes.sort_by_key(|s| std::cmp::Reverse(depth(s)));
+    plan.steps = [removes, remove_dirs, make_dirs, installs, dir_modes].concat();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{DirectoryEntry, FileEntry, LinkEntry};
+
+    fn manifest(
+        files: &[(&str, &str, u32)],
+        links: &[(&str, &str)],
+        dirs: &[&str],
+    ) -> CheckpointManifest {
+        CheckpointManifest {
+            version: 1,
+            id: "cp".into(),
+            workspace_id: "ws".into(),
+            parent_id: None,
+            created: String::new(),
+            files: files
+                .iter()
+                .map(|(p, sha, mode)| FileEntry {
+                    path: p.to_string(),
+                    size: 1,
+                    mode: *mode,
+                    sha256: sha.to_string(),
+                    content_type: None,
+                    metadata: Default::default(),
+                })
+                .collect(),
+            excluded: vec![],
+            primary_bucket: None,
+            buckets: vec![],
+            objects: vec![],
+            dirs: dirs
+                .iter()
+                .map(|d| DirectoryEntry {
+                    path: d.to_string(),
+                    mode: 0o755,
+                })
+                .collect(),
+            links: links
+                .iter()
+                .map(|(p, t)| LinkEntry {
+                    path: p.to_string(),
+                    target: t.to_string(),
+                })
+                .collect(),
+            skipped: vec![],
+            ignored: None,
+            message: None,
+        }
+    }
+
+    const ALL: Domain = Domain {
+        rules: None,
+        include_sensitive: false,
+    };
+
+    fn kinds(plan: &Plan) -> Vec<String> {
+        plan.steps
+            .iter()
+            .map(|s| {
+                let name = serde_json::to_value(s).unwrap()["step"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                format!("{name} {}", s.path())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_file_replaced_by_a_directory_is_removed_before_the_directory_is_made() {
+        let was = manifest(&[("a", "1", 0o644), ("keep", "k", 0o644)], &[], &[]);
+        let want = manifest(&[("a/x", "2", 0o644), ("keep", "k", 0o644)], &[], &["a"]);
+        let plan = build(&was, &want, &[], &ALL);
+        assert_eq!(
+            kinds(&plan),
+            ["remove a", "make_dir a", "install a/x", "dir_mode a"]
+        );
+        assert_eq!(plan.unchanged, 1);
+    }
+
+    #[test]
+    fn a_directory_replaced_by_a_file_is_emptied_deepest_first() {
+        let was = manifest(&[("d/e/f", "1", 0o644)], &[("d/l", "t")], &["d", "d/e"]);
+        let want = manifest(&[("d", "2", 0o600)], &[], &[]);
+        let plan = build(&was, &want, &[], &ALL);
+        assert_eq!(
+            kinds(&plan),
+            [
+                "remove d/e/f",
+                "remove d/l",
+                "remove_dir d/e",
+                "remove_dir d",
+                "install d"
+            ]
+        );
+        let Step::Install { was, .. } = &plan.steps[4] else {
+            panic!()
+        };
+        assert_eq!(*was, Entry::Absent);
+    }
+
+    #[test]
+    fn same_bytes_with_another_mode_is_a_chmod_and_links_are_replaced_in_place() {
+        let was = manifest(&[("x", "1", 0o644)], &[("l", "old")], &[]);
+        let want = manifest(&[("x", "1", 0o755)], &[("l", "new")], &[]);
+        let plan = build(&was, &want, &[], &ALL);
+        assert_eq!(kinds(&plan), ["install l", "chmod x"]);
+    }
+
+    #[test]
+    fn a_scope_limits_the_plan_and_creates_missing_ancestors() {
+        let was = manifest(&[("a", "1", 0o644), ("b/c", "1", 0o644)], &[], &["b"]);
+        let want = manifest(
+            &[("a", "2", 0o644), ("n/m/f", "3", 0o644)],
+            &[],
+            &["n", "n/m"],
+        );
+        let scope = check_scope(&["n/m/f".into(), "n/m/f/".into()]).unwrap();
+        assert_eq!(scope, ["n/m/f"]);
+        let plan = build(&was, &want, &scope, &ALL);
+        assert_eq!(
+            kinds(&plan),
+            [
+                "make_dir n",
+                "make_dir n/m",
+                "install n/m/f",
+                "dir_mode n/m",
+                "dir_mode n"
+            ]
+        );
+    }
+
+    #[test]
+    fn target_paths_outside_the_capture_rules_are_skipped() {
+        let was = manifest(&[("a", "1", 0o644)], &[], &[]);
+        let want = manifest(
+            &[
+                ("a", "1", 0o644),
+                (".env", "s", 0o600),
+                ("x/.git/y", "g", 0o644),
+            ],
+            &[],
+            &[],
+        );
+        let plan = build(&was, &want, &[], &ALL);
+        assert!(plan.steps.iter().all(|s| !s.path().contains(".env")));
+        assert!(plan.skipped.contains(&".env".to_string()));
+        assert!(plan.skipped.iter().any(|p| p.contains(".git")));
+    }
+
+    #[test]
+    fn scopes_are_checked_and_folded() {
+        assert!(check_scope(&["../x".into()]).is_err());
+        assert!(check_scope(&[".git/config".into()]).is_err());
+        assert_eq!(
+            check_scope(&["a".into(), "a/b".into(), "ab".into()]).unwrap(),
+            ["a", "ab"]
+        );
+    }
+}

@@ -1,0 +1,323 @@
+"""Rewinding an attached git repository in place, through the real binary
+(issue 27): the agent scenario (edits by shell commands, whole directories
+removed, a file replaced by a directory, links, modes), undo, --paths,
+--dry-run, what is never touched, keyed replays, refusals, a concurrent
+writer and SIGKILL at every stage of a rewind."""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from test_workspace_attach import (  # noqa: F401  (env is a fixture)
+    default_registry,
+    env,
+    git_status,
+    make_repo,
+    ok,
+    refused,
+    run,
+    tree,
+)
+
+
+def content(root):
+    """Every path under `root` but `.stow` (at the root) and `.git`, with
+    kind, bytes digest or link target, and mode: what a rewind must
+    reproduce (mtimes move by design)."""
+    return {
+        k: v[:3]
+        for k, v in tree(root).items()
+        if k != "." and k.split("/")[0] != ".stow" and ".git" not in k.split("/")
+    }
+
+
+def full(root):
+    """`tree` less `.git` (git's own files): mtimes included."""
+    return {k: v for k, v in tree(root).items() if ".git" not in k.split("/")}
+
+
+def checkpoints(workdir):
+    d = default_registry(workdir) / ".stow" / "checkpoints"
+    return sorted(p for p in os.listdir(d) if p.startswith("cp_"))
+
+
+def shell(cmd, cwd):
+    subprocess.run(["sh", "-c", cmd], cwd=cwd, check=True)
+
+
+AGENT_EDITS = """
+set -e
+printf 'pub fn answer() -> u32 {\\n    42\\n}\\n' > src/lib.rs
+rm -rf src/nested
+mkdir -p vendor/pkg/lib vendor/pkg/bin
+for i in $(seq 1 40); do echo "module $i" > vendor/pkg/lib/m$i.js; done
+ln -s ../lib/m1.js vendor/pkg/bin/cli
+rm docs/guide.md && mkdir docs/guide.md && echo moved > docs/guide.md/index.md
+chmod 600 scripts/build.sh
+ln -s README.md readme-link
+echo new > notes.txt
+mkdir -p empty/inner
+"""
+
+
+def test_the_agent_scenario_rewinds_every_byte_mode_and_link_and_undoes(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    os.symlink("src/lib.rs", repo / "lib-link")
+    (repo / "docs" / "old").mkdir()
+    (repo / "docs" / "old" / "a.txt").write_text("a\n")
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", "--message", "before the agent", env=env, cwd=repo)["checkpoint_id"]
+    at_cp = content(repo)
+    git_at_cp = git_status(repo, env)
+    ignored_before = {k: v for k, v in full(repo).items() if k.split("/")[0] in ("target", "node_modules")}
+
+    shell(AGENT_EDITS, repo)
+    # A directory replaced by a file, a link replaced by a file.
+    shutil.rmtree(repo / "docs" / "old")
+    (repo / "docs" / "old").write_text("now a file\n")
+    os.remove(repo / "lib-link")
+    (repo / "lib-link").write_text("not a link\n")
+    edited = content(repo)
+    assert edited != at_cp
+
+    plan = ok(stow_bin, "rewind", "--to", cp, "--dry-run", env=env, cwd=repo)
+    assert plan["dry_run"] is True and "undo_checkpoint_id" not in plan
+    assert content(repo) == edited
+    planned = {c["path"] for c in plan["changes"]}
+    assert {"src/lib.rs", "src/nested/deep/mod.rs", "vendor/pkg/lib/m1.js", "notes.txt"} <= planned
+
+    r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo / "src")
+    assert r["checkpoint_id"] == cp and r["head"] == cp and r["conflicts"] == []
+    assert r["written"] >= 5 and r["deleted"] >= 40 and r["unchanged"] >= 1
+    assert content(repo) == at_cp
+    assert git_status(repo, env) == git_at_cp
+    # What git ignores was never read or touched (mtimes included).
+    assert {k: v for k, v in full(repo).items() if k.split("/")[0] in ("target", "node_modules")} == ignored_before
+    # No staged file is left anywhere, in .stow included.
+    assert not (repo / ".stow" / "rewind").exists()
+    assert not os.path.exists(default_registry(workdir) / ".stow" / "rewind" / (r["workspace_id"] + ".json"))
+
+    st = ok(stow_bin, "status", env=env, cwd=repo)
+    assert st["clean"] is True and st["checkpoint_id"] == cp
+
+    # The undo checkpoint holds the edited tree: rewinding to it undoes.
+    undo = r["undo_checkpoint_id"]
+    log = ok(stow_bin, "log", env=env, cwd=repo)
+    by_id = {e["checkpoint_id"]: e for e in log["checkpoints"]}
+    assert by_id[undo]["origin"] == "rewind" and by_id[undo]["message"] == f"before rewind to {cp}"
+    u = ok(stow_bin, "rewind", "--to", undo, env=env, cwd=repo)
+    assert content(repo) == edited
+    assert u["head"] == undo
+    # The tree was clean against its head: the undo's own undo is that head.
+    assert u["undo_checkpoint_id"] == cp
+    # And the undo is undoable too.
+    ok(stow_bin, "rewind", "--to", u["undo_checkpoint_id"], env=env, cwd=repo)
+    assert content(repo) == at_cp
+
+
+def test_paths_rewind_only_those_and_dry_run_changes_nothing(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    at_cp = content(repo)
+    shell(AGENT_EDITS, repo)
+    edited = content(repo)
+
+    before = full(repo)
+    n = len(checkpoints(workdir))
+    d = ok(stow_bin, "rewind", "--to", cp, "--dry-run", "--paths", "src", env=env, cwd=repo)
+    assert {c["path"] for c in d["changes"]} == {"src/lib.rs", "src/nested/deep/mod.rs"}
+    assert (d["written"], d["deleted"]) == (2, 0)
+    assert full(repo) == before and len(checkpoints(workdir)) == n
+
+    r = ok(stow_bin, "rewind", "--to", cp, "--paths", "src/", "docs/guide.md", env=env, cwd=repo)
+    assert r["paths"] == ["docs/guide.md", "src"]
+    now = content(repo)
+    for path in now.keys() | at_cp.keys() | edited.keys():
+        top = path.split("/")[0]
+        inside = top == "src" or path.startswith("docs/guide.md")
+        want = at_cp if inside else edited
+        assert now.get(path) == want.get(path), path
+    # A partial rewind leaves the head on the undo checkpoint.
+    assert r["head"] == r["undo_checkpoint_id"]
+    st = ok(stow_bin, "status", env=env, cwd=repo)
+    assert st["checkpoint_id"] == r["undo_checkpoint_id"] and not st["clean"]
+
+
+def test_excluded_ignored_and_sensitive_paths_are_never_touched(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    (repo / ".stowignore").write_text("scratch/\n")
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    # After the checkpoint: a credential file, a .stowignored directory,
+    # git-ignored build output, a nested .git.
+    (repo / ".env").write_text("TOKEN=secret\n")
+    (repo / "scratch").mkdir()
+    (repo / "scratch" / "log.txt").write_text("scratch\n")
+    (repo / "target" / "release").mkdir()
+    (repo / "target" / "release" / "app").write_text("bin\n")
+    (repo / "sub" / ".git").mkdir(parents=True)
+    (repo / "sub" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (repo / "README.md").write_text("edited\n")
+    keep = lambda t: {k: v for k, v in t.items() if k.split("/")[0] in (".env", "scratch", "target", "node_modules") or ".git" in k.split("/")}  # noqa: E731
+    before = keep(tree(repo))
+    r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    assert (repo / "README.md").read_text() == "# demo\n"
+    assert keep(tree(repo)) == before
+    assert r["conflicts"] == []
+    # "sub" holds only what the rules leave out: it stays, with its .git.
+    assert (repo / "sub" / ".git" / "HEAD").exists()
+
+
+def test_a_keyed_rewind_replays_and_other_inputs_conflict(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    (repo / "README.md").write_text("edited\n")
+    first = ok(stow_bin, "rewind", "--to", cp, "--request-key", "k-1", env=env, cwd=repo)
+    assert first["replayed"] is False
+    (repo / "README.md").write_text("edited again\n")
+    n = len(checkpoints(workdir))
+    again = ok(stow_bin, "rewind", "--to", cp, "--request-key", "k-1", env=env, cwd=repo)
+    assert again["replayed"] is True
+    assert {k: v for k, v in again.items() if k != "replayed"} == {k: v for k, v in first.items() if k != "replayed"}
+    # Nothing ran again: no capture, the edit is still there.
+    assert len(checkpoints(workdir)) == n and (repo / "README.md").read_text() == "edited again\n"
+    refused(stow_bin, "rewind", "--to", cp, "--paths", "src", "--request-key", "k-1", code="request_conflict", env=env, cwd=repo)
+    assert (repo / "README.md").read_text() == "edited again\n"
+
+
+def test_refusals_change_nothing(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    other = make_repo(workdir / "other", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    ok(stow_bin, "attach", env=env, cwd=other)
+    ok(stow_bin, "checkpoint", env=env, cwd=repo)
+    theirs = ok(stow_bin, "checkpoint", env=env, cwd=other)["checkpoint_id"]
+    (repo / "README.md").write_text("edited\n")
+    before, n = full(repo), len(checkpoints(workdir))
+    refused(stow_bin, "rewind", "--to", "cp_000000000000000000000000", code="not_found", env=env, cwd=repo)
+    refused(stow_bin, "rewind", "--to", "../../etc", code="invalid_request", env=env, cwd=repo)
+    refused(stow_bin, "rewind", "--to", theirs, code="invalid_request", env=env, cwd=repo)
+    cp = checkpoints(workdir)[0]
+    refused(stow_bin, "rewind", "--to", cp, "--paths", "../up", code="invalid_path", env=env, cwd=repo)
+    refused(stow_bin, "rewind", "--to", cp, "--paths", ".git", code="invalid_path", env=env, cwd=repo)
+    refused(stow_bin, "rewind", "--to", cp, "--message", "x" * 5000, code="invalid_request", env=env, cwd=repo)
+    rc, doc, err = run(stow_bin, "rewind", env=env, cwd=repo)
+    assert rc == 2 and "--to" in err
+    # Outside any workspace: a usage error.
+    rc, doc, err = run(stow_bin, "rewind", "--to", cp, env=env, cwd=workdir)
+    assert rc == 2
+    # Another capture or rewind holds the workspace: in_progress.
+    ws = json.loads((repo / ".stow" / "workspace.json").read_text())["workspace_id"]
+    lock = default_registry(workdir) / ".stow" / "capture-locks" / f"{ws}.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        refused(stow_bin, "rewind", "--to", cp, code="in_progress", env=env, cwd=repo)
+    assert full(repo) == before and len(checkpoints(workdir)) == n
+
+
+def test_a_concurrent_writer_never_loses_a_write(stow_bin, workdir, env):
+    """A writer rewrites files (in place and by rename) from the moment the
+    rewind's undo checkpoint is taken (the rewind pauses 1.5 s after its
+    journal, at a test fault point, so the writer surely overlaps it):
+    every file's last write is in the tree at the end, every file nobody
+    wrote is the checkpoint's, and the paths left alone are reported."""
+    repo = workdir / "repo"
+    (repo / "d").mkdir(parents=True)
+    names = [f"d/f{i:04}.txt" for i in range(600)]
+    for n in names:
+        (repo / n).write_text("original " * 50)
+    ws = ok(stow_bin, "attach", "--root", repo, env=env)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    for n in names:
+        (repo / n).write_text("agent edit " * 60)
+
+    proc = subprocess.Popen(
+        [stow_bin, "workspace", "rewind", "--to", cp],
+        cwd=repo,
+        env={**env, "STOW_TEST_FAULT": "rewind.journaled@1500"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    journal = default_registry(workdir) / ".stow" / "rewind" / f"{ws}.json"
+    deadline = time.monotonic() + 60
+    while not journal.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+
+    last = {}
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            n = names[(i * 7) % len(names)]
+            data = f"writer {i} ".encode() * 40
+            if i % 2:
+                with open(repo / n, "wb") as f:
+                    f.write(data)
+            else:
+                tmp = repo / "d" / f".w{i}"
+                tmp.write_bytes(data)
+                os.replace(tmp, repo / n)
+            last[n] = data
+            i += 1
+            time.sleep(0.002)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop.set()
+        t.join()
+    doc = json.loads(out)
+    assert proc.returncode == 1, (out, err)
+    assert "workspace_changed" in err
+    conflicts = {c["path"] for c in doc["conflicts"]}
+    assert conflicts and conflicts <= set(last), conflicts - set(last)
+    assert doc["written"] + len(conflicts) >= len(names) - len(last)
+    for n, data in last.items():
+        assert (repo / n).read_bytes() == data, n
+    for n in set(names) - set(last):
+        assert (repo / n).read_text() == "original " * 50, n
+    assert not (repo / ".stow" / "rewind").exists()
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["rewind.journaled", "rewind.moved_aside#1", "rewind.moved_aside#7", "rewind.step#3", "rewind.step#25", "rewind.unstaged"],
+)
+def test_a_rewind_killed_anywhere_is_finished_by_the_next_command(stow_bin, workdir, env, point):
+    repo = make_repo(workdir / "repo", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    at_cp = content(repo)
+    shell(AGENT_EDITS, repo)
+    edited = content(repo)
+    rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": point}, cwd=repo)
+    assert rc == -9
+    # Every path is as it was or as the checkpoint has it.
+    now = content(repo)
+    for path in now.keys() | at_cp.keys() | edited.keys():
+        assert now.get(path) in (at_cp.get(path), edited.get(path)), path
+    # The next status finishes the journal: the tree is the checkpoint's.
+    st = ok(stow_bin, "status", env=env, cwd=repo)
+    assert st["clean"] is True and st["checkpoint_id"] == cp
+    assert content(repo) == at_cp
+    assert not (repo / ".stow" / "rewind").exists()
+    # The undo checkpoint is complete: rewinding to it restores the edits.
+    log = ok(stow_bin, "log", env=env, cwd=repo)["checkpoints"]
+    undo = [e for e in log if e.get("origin") == "rewind"]
+    assert len(undo) == 1
+    ok(stow_bin, "rewind", "--to", undo[0]["checkpoint_id"], env=env, cwd=repo)
+    assert content(repo) == edited
