@@ -1,5 +1,6 @@
 """`stow-s3 mcp` workspace profile through the official Python MCP client:
-the tool contract of seed 000, startup refusals, keyed checkpoint creation
+the tool contract of seed 000 (the rewind tools beyond it are
+test_mcp_rewind.py's), startup refusals, keyed checkpoint creation
 and resolution (cross-checked with the CLI), paged inspection and diffs,
 handoff export and adoption with every adopt refusal, and crash
 consistency of a keyed capture under SIGKILL (spec/mcp.md §11-12, §14
@@ -42,10 +43,15 @@ WORKSPACE_TOOLS = [
 ]
 EXPORT_TOOL = "stow_handoff_export"
 ADOPT_TOOL = "stow_handoff_adopt"
+# Beyond the seed's seven (issue 27), listed after them.
+REWIND_TOOLS = ["stow_workspace_status", "stow_checkpoint_list", "stow_workspace_rewind"]
 
 ENVELOPE_KEYS = {
     "version", "outcome", "workspace", "capture", "checkpoint_id", "entries",
     "next_cursor", "handoff", "bundle", "origin_checkpoint_id", "error",
+    # The rewind tools' members.
+    "head", "undo_checkpoint_id", "dry_run", "replayed", "written", "deleted",
+    "unchanged", "conflicts", "skipped",
 }
 ERROR_KEYS = {"code", "phase", "attempts", "retryable", "message"}
 WORKSPACE_KEYS = {"workspace_id", "directory", "bucket", "max_checkpoint_bytes", "max_checkpoints"}
@@ -320,11 +326,13 @@ def test_tools_are_the_seeds_verbatim(stow_bin, workdir, era):
         return lists
 
     bare, export, both = arun(go())
-    assert [t.name for t in bare] == WORKSPACE_TOOLS
-    assert [t.name for t in export] == WORKSPACE_TOOLS + [EXPORT_TOOL]
-    assert [t.name for t in both] == WORKSPACE_TOOLS + [EXPORT_TOOL, ADOPT_TOOL]
+    assert [t.name for t in bare] == WORKSPACE_TOOLS + REWIND_TOOLS
+    assert [t.name for t in export] == WORKSPACE_TOOLS + [EXPORT_TOOL] + REWIND_TOOLS
+    assert [t.name for t in both] == WORKSPACE_TOOLS + [EXPORT_TOOL, ADOPT_TOOL] + REWIND_TOOLS
     for tools in (bare, export, both):
         for t in tools:
+            if t.name in REWIND_TOOLS:
+                continue
             desc, inp, out = seed[t.name]
             assert t.description == desc, t.name
             assert t.input_schema == inp, t.name

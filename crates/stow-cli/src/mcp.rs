@@ -74,6 +74,11 @@ pub struct McpArgs {
     /// Workspace profile: the one workspace the tools may touch.
     #[arg(long, value_name = "ID", help_heading = "Workspace profile")]
     workspace_id: Option<String>,
+    /// Workspace profile: the workspace holding DIR (an attached or
+    /// prepared one), instead of --registry-dir and --workspace-id; the
+    /// deadline defaults to 30s.
+    #[arg(long, value_name = "DIR", help_heading = "Workspace profile")]
+    workspace_root: Option<std::path::PathBuf>,
     /// Workspace profile: per-capture file bound.
     #[arg(
         long,
@@ -101,6 +106,34 @@ pub struct McpArgs {
     team: Option<String>,
 }
 
+/// The deadline of the workspace profile chosen by `--workspace-root`
+/// when `--timeout` is not given.
+const DEFAULT_ROOT_TIMEOUT: &str = "30s";
+
+/// The registry directory, workspace and team of the workspace holding
+/// `root` (its nearest ancestor with a workspace identity).
+fn workspace_at(root: &std::path::Path) -> Result<(String, String, Option<String>), Refusal> {
+    let refuse = |why: String| Refusal {
+        usage: false,
+        message: format!("--workspace-root {}: {why}", root.display()),
+    };
+    let dir = std::fs::canonicalize(root).map_err(|e| refuse(e.to_string()))?;
+    let (_, ident) = stow_workspace::find_workspace(&dir).ok_or_else(|| {
+        refuse("no workspace at or above it (run `stow-s3 workspace attach` there)".into())
+    })?;
+    let registry_dir = match ident.registry_dir {
+        Some(d) => d,
+        None => {
+            stow_checkpoint::registry::default_registry_root().map_err(|e| refuse(e.to_string()))?
+        }
+    };
+    Ok((
+        registry_dir.display().to_string(),
+        ident.workspace_id,
+        ident.team,
+    ))
+}
+
 /// The profile `stow-s3 mcp` runs.
 enum Profile {
     Object(stow_mcp::ObjectConfig),
@@ -126,6 +159,7 @@ impl McpArgs {
         for (flag, present) in [
             ("--registry-dir", self.registry_dir.is_some()),
             ("--workspace-id", self.workspace_id.is_some()),
+            ("--workspace-root", self.workspace_root.is_some()),
             ("--max-files", self.max_files.is_some()),
             ("--timeout", self.timeout.is_some()),
             ("--export-root", self.export_root.is_some()),
@@ -177,11 +211,35 @@ impl McpArgs {
                 Some(Ok(n)) => Some(n),
                 Some(Err(_)) => return Err(usage("--max-files must be a number".into())),
             };
+            let (registry_dir, workspace_id, team, timeout) = match &self.workspace_root {
+                Some(root) => {
+                    for (flag, given) in [
+                        ("--registry-dir", self.registry_dir.is_some()),
+                        ("--workspace-id", self.workspace_id.is_some()),
+                        ("--team", self.team.is_some()),
+                    ] {
+                        if given {
+                            return Err(usage(format!(
+                                "{flag} is incompatible with --workspace-root (the workspace names its registry)"
+                            )));
+                        }
+                    }
+                    let (registry_dir, workspace_id, team) = workspace_at(root)?;
+                    let timeout = self.timeout.or_else(|| Some(DEFAULT_ROOT_TIMEOUT.into()));
+                    (registry_dir, workspace_id, team, timeout)
+                }
+                None => (
+                    self.registry_dir.unwrap_or_default(),
+                    self.workspace_id.unwrap_or_default(),
+                    self.team,
+                    self.timeout,
+                ),
+            };
             return Ok(Profile::Workspace(stow_mcp::workspace::WorkspaceConfig {
-                registry_dir: self.registry_dir.unwrap_or_default(),
-                workspace_id: self.workspace_id.unwrap_or_default(),
-                team: self.team,
-                timeout: self.timeout,
+                registry_dir,
+                workspace_id,
+                team,
+                timeout,
                 max_bytes: self.max_bytes,
                 max_files,
                 export_root: self.export_root,

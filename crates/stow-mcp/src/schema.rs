@@ -26,15 +26,24 @@ pub struct ToolDef {
     pub input_schema: Arc<Map<String, Value>>,
     #[serde(rename = "outputSchema")]
     pub output_schema: Arc<Map<String, Value>>,
+    /// Tool annotations (hints for the host: read-only, destructive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
 }
 
 /// The workspace tools definitions file, verbatim from the product documents.
 const WORKSPACE_TOOLS: &str = include_str!("workspace_tools.json");
 
+/// The tools of rewinding (issue 27), beyond the product documents' seven:
+/// status, list, rewind.
+const REWIND_TOOLS: &str = include_str!("workspace/rewind_tools.json");
+
 /// The workspace tools: inspect, create, resolve, checkpoint inspect, diff,
-/// then export and adopt.
+/// export and adopt (verbatim), then status, list and rewind.
 pub fn workspace_tools() -> Result<Vec<ToolDef>, serde_json::Error> {
-    serde_json::from_str(WORKSPACE_TOOLS)
+    let mut tools: Vec<ToolDef> = serde_json::from_str(WORKSPACE_TOOLS)?;
+    tools.extend(serde_json::from_str::<Vec<ToolDef>>(REWIND_TOOLS)?);
+    Ok(tools)
 }
 
 /// The object tools: the five core tools, then the two browser tools.

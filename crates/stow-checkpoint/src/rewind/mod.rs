@@ -232,7 +232,14 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         return Err(e);
     }
     crate::fault::point("rewind.journaled");
-    run_journal(registry, &rec.dir, &j, applier)
+    run_journal(registry, &rec.dir, &j, applier).map_err(|e| {
+        // Past the journal the rewind is part way: whoever next takes the
+        // workspace finishes it.
+        WsError::OutcomeUnknown(format!(
+            "the rewind stopped part way ({e}); the next rewind, capture or status of \
+             workspace {ws} finishes it"
+        ))
+    })
 }
 
 /// Runs a journal's steps with `applier`, then ends the rewind (flush,

@@ -1,5 +1,6 @@
 //! The workspace profile's result envelope (the output schema in `workspace_tools.json`,
-//! shared by all seven tools) and its error object.
+//! shared by all seven tools, and the members the rewind tools add) and its
+//! error object.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -27,8 +28,29 @@ pub struct WsEnvelope {
     pub bundle: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin_checkpoint_id: Option<String>,
+    /// `stow_checkpoint_list`, `stow_workspace_rewind`: the workspace's head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// `stow_workspace_rewind`: what the rewind did.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<RewindView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorView>,
+}
+
+/// The members of a rewind's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct RewindView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_checkpoint_id: Option<String>,
+    pub dry_run: bool,
+    pub replayed: bool,
+    pub written: u64,
+    pub deleted: u64,
+    pub unchanged: u64,
+    pub conflicts: Vec<stow_checkpoint::rewind::Conflict>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// A workspace as the tools describe it.
@@ -89,6 +111,8 @@ impl WsEnvelope {
             handoff: None,
             bundle: None,
             origin_checkpoint_id: None,
+            head: None,
+            rewind: None,
             error: None,
         }
     }
@@ -127,6 +151,10 @@ impl WsEnvelope {
         });
         env.bundle = self.bundle.clone();
         env.origin_checkpoint_id = self.origin_checkpoint_id.clone();
+        env.rewind = self.rewind.clone().map(|mut r| {
+            r.skipped = Vec::new();
+            r
+        });
         env.error = Some(ErrorView {
             code: "response_too_large".into(),
             phase: "respond".into(),

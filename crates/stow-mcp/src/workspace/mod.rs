@@ -5,6 +5,7 @@
 
 mod config;
 mod envelope;
+mod rewind;
 mod server;
 mod tools;
 

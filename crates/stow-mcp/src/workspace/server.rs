@@ -1,5 +1,5 @@
 //! The rmcp `ServerHandler` of the workspace profile: the tool list (seed
-//! 000, verbatim, narrowed by the configured roots), input validation,
+//! 000, verbatim, narrowed by the configured roots, then the rewind tools), input validation,
 //! dispatch on the blocking pool, the 256 KiB result bound, and the
 //! checkpoint guide resource (whose text is also the instructions).
 
@@ -42,7 +42,8 @@ fn refusal_outcome(name: &str) -> &'static str {
         "stow_checkpoint_create"
         | "stow_checkpoint_resolve"
         | "stow_handoff_export"
-        | "stow_handoff_adopt" => "not_committed",
+        | "stow_handoff_adopt"
+        | "stow_workspace_rewind" => "not_committed",
         _ => "ok",
     }
 }
@@ -64,12 +65,16 @@ impl WorkspaceServer {
         let listed: Vec<Value> = tools
             .iter()
             .map(|t| {
-                json!({
+                let mut v = json!({
                     "name": t.name,
                     "description": t.description,
                     "inputSchema": *t.input_schema,
                     "outputSchema": *t.output_schema,
-                })
+                });
+                if let Some(a) = &t.annotations {
+                    v["annotations"] = a.clone();
+                }
+                v
             })
             .collect();
         let listed: ListToolsResult =
@@ -143,6 +148,9 @@ fn dispatch(core: &WorkspaceCore, name: &str, args: Map<String, Value>) -> WsEnv
             "stow_checkpoint_diff" => core.diff(parse(name, args)?),
             "stow_handoff_export" => core.export(parse(name, args)?),
             "stow_handoff_adopt" => core.adopt(parse(name, args)?),
+            "stow_workspace_status" => core.status(parse(name, args)?),
+            "stow_checkpoint_list" => core.list(parse(name, args)?),
+            "stow_workspace_rewind" => core.rewind(parse(name, args)?),
             _ => WsEnvelope::refused("ok", "invalid_request", "validate", "unknown tool".into()),
         })
     };

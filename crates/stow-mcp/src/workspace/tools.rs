@@ -135,12 +135,12 @@ impl WorkspaceCore {
         &self.settings
     }
 
-    fn in_scope(&self, ws: &str) -> bool {
+    pub(super) fn in_scope(&self, ws: &str) -> bool {
         ws == self.settings.workspace_id
             || self.adopted.lock().map(|a| a.contains(ws)).unwrap_or(false)
     }
 
-    fn out_of_scope(outcome: &'static str, what: &str) -> WsEnvelope {
+    pub(super) fn out_of_scope(outcome: &'static str, what: &str) -> WsEnvelope {
         WsEnvelope::refused(
             outcome,
             "invalid_scope",
@@ -199,11 +199,7 @@ impl WorkspaceCore {
                 return WsEnvelope::refused("not_committed", "invalid_request", "validate", m)
             }
         };
-        let monitor = self
-            .monitors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .for_capture(&a.workspace_id);
+        let monitor = self.monitor_for(&a.workspace_id);
         let req = KeyedRequest {
             spec: CaptureSpec {
                 parent: a.parent_id.filter(|p| !p.is_empty()),
@@ -221,6 +217,14 @@ impl WorkspaceCore {
             timeout: self.settings.timeout,
         };
         capture_envelope(keyed_capture(&self.settings.registry, &req))
+    }
+
+    /// The watch kept over `workspace` for its captures (made if needed).
+    pub(super) fn monitor_for(&self, workspace: &str) -> Arc<TreeMonitor> {
+        self.monitors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .for_capture(workspace)
     }
 
     fn load_in_scope(&self, id: &str) -> Result<CheckpointManifest, Box<WsEnvelope>> {
@@ -287,7 +291,7 @@ impl WorkspaceCore {
 
     /// One page of `total` entries made by `entry(i)`, starting at the
     /// cursor's offset: at most `limit`, fewer when they would not fit.
-    fn page(
+    pub(super) fn page(
         &self,
         key: &str,
         limit: Option<i64>,
@@ -366,23 +370,10 @@ impl WorkspaceCore {
         let buckets = d.buckets.unwrap_or_default();
         let (nc, no) = (d.changes.len(), objects.len());
         let total = nc + no + buckets.len();
-        let file = |e: &Option<checkpoint::FileEntry>| {
-            e.as_ref().map(
-                |f| json!({"path": f.path, "size": f.size, "mode": f.mode, "sha256": f.sha256}),
-            )
-        };
         let key = format!("{}:{}", from.id, to.id);
         self.page(&key, a.limit, a.cursor.as_deref(), total, |i| {
             if i < nc {
-                let c = &d.changes[i];
-                let mut v = json!({"path": c.path, "kind": c.kind});
-                if let Some(f) = file(&c.from) {
-                    v["from"] = f;
-                }
-                if let Some(t) = file(&c.to) {
-                    v["to"] = t;
-                }
-                json!({"kind": "change", "change": v})
+                change_entry(&d.changes[i])
             } else if i < nc + no {
                 let c = &objects[i - nc];
                 let mut v = json!({"bucket": c.bucket, "key": c.key, "kind": c.kind});
@@ -495,6 +486,22 @@ impl WorkspaceCore {
             Err(e) => WsEnvelope::from_error("not_committed", "validate", &e),
         }
     }
+}
+
+/// A file change as a `change` entry of diff and status.
+pub(super) fn change_entry(c: &checkpoint::Change) -> Value {
+    let file = |e: &Option<checkpoint::FileEntry>| {
+        e.as_ref()
+            .map(|f| json!({"path": f.path, "size": f.size, "mode": f.mode, "sha256": f.sha256}))
+    };
+    let mut v = json!({"path": c.path, "kind": c.kind});
+    if let Some(f) = file(&c.from) {
+        v["from"] = f;
+    }
+    if let Some(t) = file(&c.to) {
+        v["to"] = t;
+    }
+    json!({"kind": "change", "change": v})
 }
 
 /// An object entry as the output schema has it (`payload` names its

@@ -1,0 +1,200 @@
+//! The rewind tools of the workspace profile (issue 27): status, list and
+//! rewind, over `stow_checkpoint`'s status, history and rewind. Scope and
+//! the envelope are the profile's; every storage decision is the engine's.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use stow_checkpoint::rewind::{rewind, RewindRequest, RewindResult};
+use stow_checkpoint::{self as checkpoint, LinkChange, WsError};
+
+use super::envelope::{ErrorView, RewindView, WsEnvelope};
+use super::tools::{change_entry, WorkspaceCore};
+
+/// Longest request key accepted.
+const MAX_REQUEST_KEY: usize = 256;
+/// Most `paths` of one rewind.
+const MAX_PATHS: usize = 1000;
+
+#[derive(Deserialize)]
+pub struct StatusArgs {
+    workspace_id: String,
+    checkpoint_id: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct ListArgs {
+    workspace_id: String,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct RewindArgs {
+    workspace_id: String,
+    checkpoint_id: String,
+    request_key: String,
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// A link change as a `link_change` entry.
+fn link_entry(l: &LinkChange) -> Value {
+    json!({"kind": "link_change", "link_change": l})
+}
+
+impl WorkspaceCore {
+    /// `stow_workspace_status`: the files against a checkpoint, paged.
+    pub fn status(&self, a: StatusArgs) -> WsEnvelope {
+        if !self.in_scope(&a.workspace_id) {
+            return Self::out_of_scope("ok", &format!("workspace {}", a.workspace_id));
+        }
+        let registry = &self.settings().registry;
+        let against = a.checkpoint_id.as_deref().filter(|c| !c.is_empty());
+        let s = match checkpoint::status::status(registry, &a.workspace_id, against) {
+            Ok(s) => s,
+            Err(e) => return WsEnvelope::from_error("ok", "lookup", &e),
+        };
+        let nc = s.changes.len();
+        let key = format!("status:{}:{}", a.workspace_id, s.checkpoint_id);
+        let total = nc + s.links.len();
+        let mut env = self.page(&key, a.limit, a.cursor.as_deref(), total, |i| {
+            if i < nc {
+                change_entry(&s.changes[i])
+            } else {
+                link_entry(&s.links[i - nc])
+            }
+        });
+        env.checkpoint_id = Some(s.checkpoint_id);
+        env
+    }
+
+    /// `stow_checkpoint_list`: the workspace's log, newest first.
+    pub fn list(&self, a: ListArgs) -> WsEnvelope {
+        if !self.in_scope(&a.workspace_id) {
+            return Self::out_of_scope("ok", &format!("workspace {}", a.workspace_id));
+        }
+        let limit = match a.limit {
+            None => 100,
+            Some(n) if (1..=checkpoint::history::MAX_LOG_LIMIT as i64).contains(&n) => n as usize,
+            Some(_) => {
+                return WsEnvelope::refused(
+                    "ok",
+                    "invalid_request",
+                    "validate",
+                    format!(
+                        "limit must be between 1 and {}",
+                        checkpoint::history::MAX_LOG_LIMIT
+                    ),
+                )
+            }
+        };
+        let cursor = a.cursor.as_deref().filter(|c| !c.is_empty());
+        match checkpoint::history::log(&self.settings().registry, &a.workspace_id, limit, cursor) {
+            Ok(page) => {
+                let mut env = WsEnvelope::new("ok");
+                env.entries = Some(
+                    page.checkpoints
+                        .iter()
+                        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+                        .collect(),
+                );
+                env.head = page.head;
+                env.next_cursor = page.next_cursor;
+                env
+            }
+            Err(e) => WsEnvelope::from_error("ok", "lookup", &e),
+        }
+    }
+
+    /// `stow_workspace_rewind`: a keyed rewind (or its plan).
+    pub fn rewind(&self, a: RewindArgs) -> WsEnvelope {
+        if !self.in_scope(&a.workspace_id) {
+            return Self::out_of_scope("not_committed", &format!("workspace {}", a.workspace_id));
+        }
+        if a.request_key.is_empty() || a.request_key.len() > MAX_REQUEST_KEY {
+            return WsEnvelope::refused(
+                "not_committed",
+                "invalid_request",
+                "validate",
+                format!("request_key must be 1 to {MAX_REQUEST_KEY} bytes"),
+            );
+        }
+        if a.paths.len() > MAX_PATHS {
+            return WsEnvelope::refused(
+                "not_committed",
+                "invalid_request",
+                "validate",
+                format!("at most {MAX_PATHS} paths"),
+            );
+        }
+        let monitor = self.monitor_for(&a.workspace_id);
+        let req = RewindRequest {
+            workspace_id: &a.workspace_id,
+            to: &a.checkpoint_id,
+            paths: a.paths,
+            dry_run: a.dry_run,
+            message: None,
+            request_key: Some(&a.request_key),
+            progress: None,
+            monitor: Some(&monitor),
+        };
+        match rewind(&self.settings().registry, &req) {
+            Ok(r) => rewind_envelope(r),
+            Err(e @ WsError::OutcomeUnknown(_)) => {
+                let mut env = WsEnvelope::from_error("unknown", "apply", &e);
+                if let Some(err) = env.error.as_mut() {
+                    err.attempts = 1;
+                    err.retryable = true;
+                }
+                env
+            }
+            Err(e) => WsEnvelope::from_error("not_committed", "validate", &e),
+        }
+    }
+}
+
+/// The envelope of a rewind that ran (committed, conflicts or not) or was
+/// planned (a dry run: not committed, its changes as entries).
+fn rewind_envelope(r: RewindResult) -> WsEnvelope {
+    let mut env = WsEnvelope::new(if r.dry_run {
+        "not_committed"
+    } else {
+        "committed"
+    });
+    if let Some(e) = r.error() {
+        env.error = Some(ErrorView {
+            code: e.code().to_string(),
+            phase: "apply".into(),
+            attempts: 1,
+            retryable: e.retryable(),
+            message: e.to_string(),
+        });
+    }
+    if r.dry_run {
+        let changes = r.changes.as_deref().unwrap_or_default();
+        env.entries = Some(
+            changes
+                .iter()
+                .map(change_entry)
+                .chain(r.links.iter().map(link_entry))
+                .collect(),
+        );
+    }
+    env.checkpoint_id = Some(r.checkpoint_id);
+    env.head = r.head;
+    env.rewind = Some(RewindView {
+        undo_checkpoint_id: r.undo_checkpoint_id,
+        dry_run: r.dry_run,
+        replayed: r.replayed,
+        written: r.written,
+        deleted: r.deleted,
+        unchanged: r.unchanged,
+        conflicts: r.conflicts,
+        skipped: r.skipped,
+    });
+    env
+}
