@@ -1,246 +1,52 @@
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve as resolvePath } from "node:path";
 import type { ChildProcess } from "node:child_process";
 
 import { resolveStowBinary } from "./binary.js";
+import {
+  argv,
+  bounds,
+  decodeWorkspaceJSON,
+  duration,
+  isObject,
+  operands,
+  registry,
+  runCommand,
+  runRaw,
+  runWorkspaceCommand,
+  type BoundOptions,
+  type CommandOptions,
+  type RegistryOptions,
+  type WorkspaceJSON,
+} from "./command.js";
 import { spawnReady, stopChild, unrefChild } from "./process.js";
 
 export { StowBinaryNotFoundError, resolveStowBinary } from "./binary.js";
 export { StowStartError } from "./process.js";
-
-/** A JSON object as the CLI prints it. */
-export type WorkspaceJSON = { [key: string]: unknown };
-
-/** Largest stdout accepted from one command. */
-export const MAX_STDOUT_BYTES = 16 * 1024 * 1024;
-
-/** How a command runs (not forwarded to the CLI). */
-export interface CommandOptions {
-  /** Environment of the child (default `process.env`). */
-  env?: NodeJS.ProcessEnv;
-  /** Working directory of the child. */
-  cwd?: string;
-  /** Binary to run (default: {@link resolveStowBinary}). */
-  binary?: string;
-  signal?: AbortSignal;
-}
-
-/** Registry selection, forwarded as `--registry-dir` / `--team` only when given. */
-export interface RegistryOptions extends CommandOptions {
-  registryDir?: string;
-  team?: string;
-}
-
-/** Payload bounds, forwarded only when given. */
-export interface BoundOptions {
-  maxBytes?: number;
-  maxFiles?: number;
-}
-
-/** A workspace (or remote) command failed: non-zero exit, or output that is not one JSON object. */
-export class WorkspaceCommandError extends Error {
-  /** The full argv run (binary first). */
-  readonly command: string[];
-  /** Exit status (null when killed by a signal or when the output was undecodable after exit 0). */
-  readonly exitCode: number | null;
-  readonly stderr: string;
-  readonly stdout: string;
-  /** The machine code from the CLI's `{"error": {"code", …}}` document (`usage` for a usage error, else null). */
-  readonly code: string | null;
-  /** The whole JSON document printed on stdout, if any (for keyed checkpoints: the envelope). */
-  readonly document: WorkspaceJSON | null;
-  constructor(init: {
-    message: string;
-    command: string[];
-    exitCode: number | null;
-    stderr: string;
-    stdout: string;
-    code: string | null;
-    document: WorkspaceJSON | null;
-  }) {
-    super(init.message);
-    this.name = "WorkspaceCommandError";
-    this.command = init.command;
-    this.exitCode = init.exitCode;
-    this.stderr = init.stderr;
-    this.stdout = init.stdout;
-    this.code = init.code;
-    this.document = init.document;
-  }
-}
-
-function isObject(v: unknown): v is WorkspaceJSON {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-/** Decode a command's stdout: exactly one JSON object (throws TypeError otherwise). */
-export function decodeWorkspaceJSON(text: string | Buffer): WorkspaceJSON {
-  const s = typeof text === "string" ? text : text.toString("utf8");
-  let doc: unknown;
-  try {
-    doc = JSON.parse(s);
-  } catch (err) {
-    throw new TypeError(`workspace output is not JSON: ${(err as Error).message}`);
-  }
-  if (!isObject(doc)) throw new TypeError("workspace output is not a JSON object");
-  return doc;
-}
-
-function lastLine(text: string): string {
-  const lines = text.trim().split("\n").filter((l) => l.trim() !== "");
-  return lines.length > 0 ? lines[lines.length - 1]!.trim() : "";
-}
-
-/** The command group most verbs live under; `[]` runs a top-level command (`remote …`). */
-const WORKSPACE: readonly string[] = ["workspace"];
-
-/**
- * Run `stow-s3 workspace <args…>` (no shell) and decode stdout as one JSON
- * object. A non-zero exit throws {@link WorkspaceCommandError} carrying the
- * CLI's error code and message.
- */
-export async function runWorkspaceCommand(args: readonly string[], options: CommandOptions = {}): Promise<WorkspaceJSON> {
-  return runCommand(WORKSPACE, args, options);
-}
-
-/** Run `stow-s3 <prefix…> <args…>` and decode stdout as one JSON object. */
-async function runCommand(prefix: readonly string[], args: readonly string[], options: CommandOptions): Promise<WorkspaceJSON> {
-  return runRaw(args, options, prefix).then(({ stdout }) => decodeOrThrow(stdout, options, args, prefix));
-}
-
-/** `stow-s3 workspace checkpoint`, `stow-s3 remote add`: how messages name a command. */
-function label(prefix: readonly string[], args: readonly string[]): string {
-  return ["stow-s3", ...[...prefix, ...args].slice(0, 2)].join(" ");
-}
-
-function decodeOrThrow(stdout: string, options: CommandOptions, args: readonly string[], prefix: readonly string[]): WorkspaceJSON {
-  try {
-    return decodeWorkspaceJSON(stdout);
-  } catch (err) {
-    throw new WorkspaceCommandError({
-      message: (err as Error).message,
-      command: [options.binary ?? "stow-s3", ...prefix, ...args],
-      exitCode: 0,
-      stderr: "",
-      stdout,
-      code: null,
-      document: null,
-    });
-  }
-}
-
-/** Run `stow-s3 <prefix…> <args…>`; resolve with its stdout on exit 0, throw WorkspaceCommandError otherwise. */
-function runRaw(
-  args: readonly string[],
-  options: CommandOptions,
-  prefix: readonly string[] = WORKSPACE,
-): Promise<{ stdout: string; stderr: string }> {
-  const binary = options.binary ?? resolveStowBinary({ env: options.env });
-  const command = [binary, ...prefix, ...args];
-  const name = label(prefix, args);
-  return new Promise((resolvePromise, rejectPromise) => {
-    const child = spawn(binary, command.slice(1), {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: options.env ?? process.env,
-      cwd: options.cwd,
-      shell: false,
-      signal: options.signal,
-    });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let outBytes = 0;
-    let overflow = false;
-    child.stdout!.on("data", (c: Buffer) => {
-      outBytes += c.length;
-      if (outBytes > MAX_STDOUT_BYTES) {
-        if (!overflow) {
-          overflow = true;
-          child.kill("SIGKILL");
-        }
-        return;
-      }
-      out.push(c);
-    });
-    child.stderr!.on("data", (c: Buffer) => err.push(c));
-    child.on("error", rejectPromise);
-    child.on("close", (exitCode, signal) => {
-      const stdout = Buffer.concat(out).toString("utf8");
-      const stderr = Buffer.concat(err).toString("utf8");
-      if (overflow) {
-        rejectPromise(
-          new WorkspaceCommandError({
-            message: `${name}: stdout exceeds ${MAX_STDOUT_BYTES} bytes`,
-            command, exitCode, stderr, stdout: "", code: null, document: null,
-          }),
-        );
-        return;
-      }
-      if (exitCode === 0) {
-        resolvePromise({ stdout, stderr });
-        return;
-      }
-      let document: WorkspaceJSON | null = null;
-      try {
-        document = decodeWorkspaceJSON(stdout);
-      } catch {
-        document = null;
-      }
-      const error = document && isObject(document.error) ? document.error : null;
-      const code = error && typeof error.code === "string" ? error.code : exitCode === 2 ? "usage" : null;
-      const detail =
-        (error && typeof error.message === "string" && error.message) ||
-        lastLine(stderr) ||
-        (signal ? `killed by ${signal}` : `exit status ${exitCode}`);
-      rejectPromise(
-        new WorkspaceCommandError({
-          message: `${name} failed${code ? ` (${code})` : ""}: ${detail}`,
-          command, exitCode, stderr, stdout, code, document,
-        }),
-      );
-    });
-  });
-}
-
-// ---- argv building -------------------------------------------------------
-
-type Flags = Array<[flag: string, value: string | number | boolean | undefined | null]>;
-
-function argv(verb: string[], flags: Flags): string[] {
-  const out = [...verb];
-  for (const [flag, value] of flags) {
-    if (value === undefined || value === null || value === false) continue;
-    if (value === true) {
-      out.push(flag);
-      continue;
-    }
-    if (typeof value === "number" && (!Number.isSafeInteger(value) || value < 0)) {
-      throw new RangeError(`${flag} must be a non-negative integer`);
-    }
-    out.push(flag, String(value));
-  }
-  return out;
-}
-
-const registry = (o: RegistryOptions): Flags => [
-  ["--registry-dir", o.registryDir],
-  ["--team", o.team],
-];
-const bounds = (o: BoundOptions): Flags => [
-  ["--max-bytes", o.maxBytes],
-  ["--max-files", o.maxFiles],
-];
-
-/** A `--timeout`: a duration string (`"30s"`, `"10m"`) as is, or a positive number of seconds. */
-function duration(timeout: string | number | undefined): string | undefined {
-  if (timeout === undefined || timeout === null || typeof timeout === "string") return timeout ?? undefined;
-  if (!Number.isFinite(timeout) || timeout <= 0) throw new RangeError("timeout must be a positive number of seconds");
-  return Number.isInteger(timeout) ? `${timeout}s` : `${Math.max(1, Math.round(timeout * 1000))}ms`;
-}
-
-/** Positional operands, after `--` (a value starting with `-` is not taken for a flag). */
-const operands = (...values: string[]): string[] => ["--", ...values];
+export {
+  MAX_STDOUT_BYTES,
+  WorkspaceCommandError,
+  decodeWorkspaceJSON,
+  runWorkspaceCommand,
+  type BoundOptions,
+  type CommandOptions,
+  type RegistryOptions,
+  type WorkspaceJSON,
+} from "./command.js";
+// Attached workspaces (attach, detach, log, status, rewind) live in ./attached.ts.
+export {
+  attachWorkspace,
+  detachWorkspace,
+  rewindWorkspace,
+  workspaceLog,
+  workspaceStatus,
+  type AttachOptions,
+  type DetachOptions,
+  type LogOptions,
+  type RewindOptions,
+  type StatusOptions,
+} from "./attached.js";
 
 // ---- verbs ---------------------------------------------------------------
 
@@ -414,104 +220,6 @@ export async function resolveCheckpoint(id: string, requestKey: string, options:
       ["checkpoint", "--id", id, "--request-key", requestKey, "--resolve"],
       [["--timeout", duration(options.timeout ?? "30s")], ...registry(options)],
     ),
-    options,
-  );
-}
-
-export interface AttachOptions extends RegistryOptions {
-  /** The directory to attach (default: `cwd`, else the current directory). */
-  root?: string;
-  /** Informational: attached workspaces are never collected. */
-  ttlSeconds?: number;
-  /** The bucket view's byte quota (default 64 MiB). */
-  maxBytes?: number;
-  /** The bucket view's object quota (default 10,000). */
-  maxObjects?: number;
-  /** Captures keep what git ignores too. */
-  noGitignore?: boolean;
-}
-
-/**
- * `attach [--root]`: register an existing directory as a workspace in place
- * (nothing is copied; only `ROOT/.stow` is written). Resolves with the
- * prepare-shaped result (`workspace_id`, `bucket`, `root`, `base_identity`, …).
- * A refusal throws {@link WorkspaceCommandError} with a stable `code`:
- * `invalid_root`, `already_exists` (the message names the workspace),
- * `refused` (`/`, the home directory, inside or containing a workspace, the
- * registry) or `capacity_exceeded`.
- */
-export async function attachWorkspace(options: AttachOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(
-    argv(
-      ["attach"],
-      [
-        ["--root", options.root],
-        ["--ttl-seconds", options.ttlSeconds],
-        ["--max-bytes", options.maxBytes],
-        ["--max-objects", options.maxObjects],
-        ["--no-gitignore", options.noGitignore],
-        ...registry(options),
-      ],
-    ),
-    options,
-  );
-}
-
-export interface DetachOptions extends RegistryOptions {
-  /** The workspace (default: the one holding `cwd`). */
-  id?: string;
-  /** Keep its checkpoints in the registry. */
-  keepCheckpoints?: boolean;
-}
-
-/**
- * `detach [--id]`: forget an attached workspace (its record, its `.stow` and,
- * unless `keepCheckpoints`, its checkpoints); nothing else in its tree is
- * touched. A prepared workspace is refused (`refused`: use {@link destroyWorkspace}).
- */
-export async function detachWorkspace(options: DetachOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(
-    argv(["detach"], [["--id", options.id], ["--keep-checkpoints", options.keepCheckpoints], ...registry(options)]),
-    options,
-  );
-}
-
-export interface LogOptions extends RegistryOptions {
-  /** The workspace (default: the one holding `cwd`). */
-  id?: string;
-  /** Checkpoints per page (1 to 1000; the CLI's default is 50). */
-  limit?: number;
-  /** The `next_cursor` of the previous page (of the same workspace's log). */
-  cursor?: string;
-}
-
-/**
- * `log [--id]`: one page of the workspace's checkpoints, newest first:
- * `{version, workspace_id, head?, checkpoints: [{checkpoint_id, parent_id?,
- * created, files, bytes, message?, origin, head}], next_cursor?}`. A cursor
- * from another workspace's log is refused (`invalid_request`).
- */
-export async function workspaceLog(options: LogOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(
-    argv(["log"], [["--id", options.id], ["--limit", options.limit], ["--cursor", options.cursor], ...registry(options)]),
-    options,
-  );
-}
-
-export interface StatusOptions extends RegistryOptions {
-  /** The workspace (default: the one holding `cwd`). */
-  id?: string;
-  /** Compare with this checkpoint instead of the head. */
-  against?: string;
-}
-
-/**
- * `status [--id] [--against]`: the live tree against a checkpoint (default:
- * the head), as `diff`'s changes, with `clean` and counts; changes nothing.
- */
-export async function workspaceStatus(options: StatusOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(
-    argv(["status"], [["--id", options.id], ["--against", options.against], ...registry(options)]),
     options,
   );
 }

@@ -9,6 +9,13 @@ from ._binary import (
     stow_binary_available,
 )
 from ._process import StowProtocolError
+from .attached import (
+    attach_workspace,
+    detach_workspace,
+    rewind_workspace,
+    workspace_log,
+    workspace_status,
+)
 from .session import (
     READY_PROTOCOL_VERSION,
     Session,
@@ -28,13 +35,11 @@ from .workspace import (
     adopt_workspace_handoff,
     adopt_workspace_remote,
     apply_workspace_delta,
-    attach_workspace,
     checkpoint_workspace,
     collect_workspaces,
     create_workspace_delta,
     delete_workspace_checkpoint,
     destroy_workspace,
-    detach_workspace,
     diff_workspaces,
     export_workspace_checkpoint,
     gc_workspaces,
@@ -54,10 +59,8 @@ from .workspace import (
     resume_workspace,
     run_workspace_command,
     serve_workspace,
-    workspace_log,
     workspace_policy_set,
     workspace_policy_show,
-    workspace_status,
 )
 
 __version__ = "0.1.0"
@@ -108,6 +111,7 @@ __all__ = [
     "resolve_stow_binary_detailed",
     "restore_workspace_checkpoint",
     "resume_workspace",
+    "rewind_workspace",
     "run_workspace_command",
     "serve_workspace",
     "stow_binary_available",

@@ -1,5 +1,6 @@
 """Workspace helpers: each runs ``stow-s3 workspace <verb>`` (or ``stow-s3 remote <verb>``; no shell)
-and returns its JSON object."""
+and returns its JSON object. The attached-workspace helpers (attach, detach, log, status, rewind)
+live in :mod:`stow_s3.attached` and are exported here too."""
 
 from __future__ import annotations
 
@@ -7,14 +8,25 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from collections.abc import Mapping
+from typing import Any
 
 from ._binary import resolve_stow_binary
+from ._command import (
+    PathLike,
+    WorkspaceCommandError,
+    WorkspaceJSON,
+    _Args,
+    _decode_error,
+    _duration,
+    _remote,
+    _run,
+    _stderr_message,
+    _tagged_code,
+    run_workspace_command,
+)
 from ._process import StowProtocolError, read_ready_line, read_tail, stop_process
-
-WorkspaceJSON = dict[str, Any]
-PathLike = Union[str, "os.PathLike[str]"]
+from .attached import attach_workspace, detach_workspace, rewind_workspace, workspace_log, workspace_status
 
 __all__ = [
     "WorkspaceJSON",
@@ -31,6 +43,8 @@ __all__ = [
     "attach_workspace",
     "detach_workspace",
     "workspace_log",
+    "workspace_status",
+    "rewind_workspace",
     "diff_workspaces",
     "restore_workspace_checkpoint",
     "export_workspace_checkpoint",
@@ -54,163 +68,6 @@ __all__ = [
     "adopt_workspace_remote",
     "serve_workspace",
 ]
-
-
-class WorkspaceCommandError(RuntimeError):
-    """A ``stow-s3 workspace`` (or ``stow-s3 remote``) command failed.
-
-    ``command`` is the argv run, ``returncode`` its exit status, ``stderr`` its
-    diagnostics; ``code``/``message`` come from the CLI's ``{"error": {...}}``
-    document when it printed one (``None`` otherwise). A keyed checkpoint's
-    envelope (``{"version", "result", "error"}``) is kept in ``envelope``.
-    """
-
-    def __init__(
-        self,
-        command: Sequence[str],
-        returncode: int,
-        stderr: str,
-        code: str | None = None,
-        message: str | None = None,
-        envelope: WorkspaceJSON | None = None,
-    ) -> None:
-        self.command = list(command)
-        self.returncode = returncode
-        self.stderr = stderr
-        self.code = code
-        self.message = message
-        self.envelope = envelope
-        detail = message or _stderr_message(stderr) or "failed"
-        tag = f" ({code})" if code and f"({code})" not in detail else ""
-        verb = " ".join(self.command[1:3])
-        super().__init__(f"stow-s3 {verb} exited {returncode}: {detail}{tag}")
-
-
-def _decode_error(stdout: str) -> tuple[str | None, str | None, WorkspaceJSON | None]:
-    try:
-        doc = json.loads(stdout)
-    except ValueError:
-        return None, None, None
-    if not isinstance(doc, dict):
-        return None, None, None
-    err = doc.get("error")
-    if not isinstance(err, dict):
-        return None, None, None
-    code = err.get("code") if isinstance(err.get("code"), str) else None
-    message = err.get("message") if isinstance(err.get("message"), str) else None
-    envelope = doc if "result" in doc else None
-    return code, message, envelope
-
-
-def _stderr_message(stderr: str) -> str | None:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    if not lines:
-        return None
-    last = lines[-1]
-    return last[len("stow-s3: ") :] if last.startswith("stow-s3: ") else last
-
-
-_WORKSPACE = ("workspace",)
-
-
-def _run(
-    args: Sequence[str],
-    *,
-    prefix: Sequence[str] = _WORKSPACE,
-    allow_empty: bool = False,
-    env: Mapping[str, str] | None = None,
-    cwd: PathLike | None = None,
-) -> WorkspaceJSON | None:
-    """Run ``stow-s3 <prefix…> <args…>``: ``prefix`` is ``("workspace",)``, or ``()`` for a top-level command.
-
-    ``cwd`` is the child's working directory (default: this process's)."""
-    command = [resolve_stow_binary(), *prefix, *args]
-    label = "stow-s3 " + " ".join(command[1:3])
-    proc = subprocess.run(
-        command,
-        capture_output=True,
-        env=None if env is None else dict(env),
-        cwd=None if cwd is None else os.fspath(cwd),
-        check=False,
-    )
-    stdout = proc.stdout.decode("utf-8", "replace")
-    stderr = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode != 0:
-        code, message, envelope = _decode_error(stdout)
-        if message is None:
-            message = _stderr_message(stderr)
-        raise WorkspaceCommandError(command, proc.returncode, stderr, code, message, envelope)
-    if allow_empty and not stdout.strip():
-        return None
-    try:
-        doc = json.loads(stdout)
-    except ValueError as err:
-        raise ValueError(f"{label} printed no JSON: {stdout[:200]!r}") from err
-    if not isinstance(doc, dict):
-        raise ValueError(f"{label} printed a JSON {type(doc).__name__}, not an object")
-    # A keyed checkpoint reports failures in its envelope; normally with exit 1, but be strict.
-    if isinstance(doc.get("error"), dict) and "result" in doc:
-        code, message, envelope = _decode_error(stdout)
-        raise WorkspaceCommandError(command, proc.returncode, stderr, code, message or _stderr_message(stderr), envelope)
-    return doc
-
-
-def run_workspace_command(*args: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> WorkspaceJSON:
-    """Run ``stow-s3 workspace <args>`` and return its stdout decoded as a JSON object.
-
-    Raises :class:`WorkspaceCommandError` on a non-zero exit and ``ValueError`` when
-    stdout is not a JSON object.
-    """
-    doc = _run([os.fspath(a) for a in args], env=env)
-    assert doc is not None
-    return doc
-
-
-class _Args:
-    def __init__(self, verb: str | Sequence[str], *, prefix: Sequence[str] = _WORKSPACE) -> None:
-        self.argv: list[str] = [verb] if isinstance(verb, str) else list(verb)
-        self.prefix = tuple(prefix)
-
-    def opt(self, flag: str, value: Any) -> _Args:
-        if value is not None:
-            self.argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
-        return self
-
-    def flag(self, flag: str, on: bool) -> _Args:
-        if on:
-            self.argv.append(flag)
-        return self
-
-    def registry(self, registry_dir: PathLike | None, team: str | None) -> _Args:
-        return self.opt("--registry-dir", registry_dir).opt("--team", team)
-
-    def limits(self, max_bytes: int | None, max_files: int | None) -> _Args:
-        return self.opt("--max-bytes", max_bytes).opt("--max-files", max_files)
-
-    def operands(self, *values: PathLike) -> _Args:
-        """Positional arguments, after ``--`` (a value starting with ``-`` is not taken for a flag)."""
-        self.argv += ["--", *(os.fspath(v) for v in values)]
-        return self
-
-    def run(self, env: Mapping[str, str] | None = None, cwd: PathLike | None = None) -> WorkspaceJSON:
-        doc = _run(self.argv, prefix=self.prefix, env=env, cwd=cwd)
-        assert doc is not None
-        return doc
-
-
-def _remote(verb: str) -> _Args:
-    """``stow-s3 remote <verb>`` (a top-level command, not under ``workspace``)."""
-    return _Args(["remote", verb], prefix=())
-
-
-def _duration(timeout: float | str | None) -> str | None:
-    if timeout is None or isinstance(timeout, str):
-        return timeout
-    if timeout <= 0:
-        raise ValueError("timeout must be positive")
-    if float(timeout).is_integer():
-        return f"{int(timeout)}s"
-    return f"{max(1, round(timeout * 1000))}ms"
 
 
 def prepare_workspace(manifest: PathLike | Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> WorkspaceJSON:
@@ -379,80 +236,6 @@ def resolve_checkpoint(
     )
     return args.flag("--resolve", True).run(env)
 
-
-def attach_workspace(
-    root: PathLike | None = None,
-    *,
-    registry_dir: PathLike | None = None,
-    team: str | None = None,
-    ttl_seconds: int | None = None,
-    max_bytes: int | None = None,
-    max_objects: int | None = None,
-    no_gitignore: bool = False,
-    env: Mapping[str, str] | None = None,
-) -> WorkspaceJSON:
-    """``attach [--root]``: register an existing directory (default: the current one) as a
-    workspace in place. Nothing is copied; only ``ROOT/.stow`` is written. Returns the
-    prepare-shaped result (``workspace_id``, ``bucket``, ``root``, ``base_identity``, ...).
-
-    Refusals raise :class:`WorkspaceCommandError` with a stable ``code``: ``invalid_root``,
-    ``already_exists`` (the message names the workspace), ``refused`` (``/``, the home
-    directory, inside or containing a workspace, the registry) or ``capacity_exceeded``."""
-    args = _Args("attach").opt("--root", root).opt("--ttl-seconds", ttl_seconds)
-    args.opt("--max-bytes", max_bytes).opt("--max-objects", max_objects).flag("--no-gitignore", no_gitignore)
-    return args.registry(registry_dir, team).run(env)
-
-
-def detach_workspace(
-    id: str | None = None,
-    *,
-    keep_checkpoints: bool = False,
-    registry_dir: PathLike | None = None,
-    team: str | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: PathLike | None = None,
-) -> WorkspaceJSON:
-    """``detach [--id]``: forget an attached workspace (its record, its ``.stow`` and, unless
-    ``keep_checkpoints``, its checkpoints); nothing else in its tree is touched. Without
-    ``id``, the workspace holding ``cwd`` (default: the current directory). A prepared
-    workspace is refused (``refused``: use :func:`destroy_workspace`)."""
-    args = _Args("detach").opt("--id", id).flag("--keep-checkpoints", keep_checkpoints)
-    return args.registry(registry_dir, team).run(env, cwd)
-
-
-def workspace_log(
-    id: str | None = None,
-    *,
-    limit: int | None = None,
-    cursor: str | None = None,
-    registry_dir: PathLike | None = None,
-    team: str | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: PathLike | None = None,
-) -> WorkspaceJSON:
-    """``log [--id]``: one page of the workspace's checkpoints, newest first
-    (``{"version", "workspace_id", "head"?, "checkpoints": [...], "next_cursor"?}``). Pass
-    ``next_cursor`` back as ``cursor`` for the next page; a cursor of another workspace's log
-    is refused (``invalid_request``). Without ``id``, the workspace holding ``cwd``."""
-    args = _Args("log").opt("--id", id).opt("--limit", limit).opt("--cursor", cursor)
-    return args.registry(registry_dir, team).run(env, cwd)
-
-
-def workspace_status(
-    id: str | None = None,
-    *,
-    against: str | None = None,
-    registry_dir: PathLike | None = None,
-    team: str | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: PathLike | None = None,
-) -> WorkspaceJSON:
-    """``status [--id] [--against]``: the live tree against a checkpoint (default: the head),
-    as ``diff``'s changes (``{"checkpoint_id", "clean", "added", "changed", "deleted",
-    "changes": [...], "links"?}``); changes nothing. Without ``id``, the workspace holding
-    ``cwd``."""
-    args = _Args("status").opt("--id", id).opt("--against", against)
-    return args.registry(registry_dir, team).run(env, cwd)
 
 
 def diff_workspaces(
@@ -825,8 +608,7 @@ def serve_workspace(
         if failure.code == "exited":
             code, message, _ = _decode_error(stdout)
             message = message or _stderr_message(stderr)
-            if code is None and message and message.endswith(")") and "(" in message:
-                code = message.rsplit("(", 1)[1][:-1]
+            code = code or _tagged_code(message)
             raise WorkspaceCommandError(command, proc.returncode or 1, stderr, code, message) from failure
         raise
     except BaseException:
