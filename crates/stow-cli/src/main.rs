@@ -4,6 +4,7 @@
 //! 2 usage error.
 
 mod attached;
+mod hook;
 mod mcp;
 mod progress;
 mod receipts;
@@ -66,6 +67,9 @@ pub struct CliError {
     /// A usage error (exit 2), like clap's own.
     #[serde(skip)]
     pub usage: bool,
+    /// Nothing on stdout (a hook's host may read it as the hook's answer).
+    #[serde(skip)]
+    pub quiet: bool,
 }
 
 impl CliError {
@@ -76,6 +80,18 @@ impl CliError {
             message: message.into(),
             document: None,
             usage: false,
+            quiet: false,
+        }
+    }
+
+    /// This error as a hook reports it: stderr only, and exit 1 (hosts
+    /// treat 2 as "block the agent").
+    pub fn for_hook(self) -> CliError {
+        CliError {
+            usage: false,
+            quiet: true,
+            document: None,
+            ..self
         }
     }
 
@@ -197,6 +213,7 @@ fn main() -> ExitCode {
         Err(err) => {
             diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
             match &err.document {
+                _ if err.quiet => {}
                 Some(document) => print_json(document),
                 None => print_json(&serde_json::json!({ "error": err })),
             }

@@ -289,6 +289,17 @@ pub enum WorkspaceCommand {
         /// Deadline of a keyed capture (e.g. 30s); required with a key.
         #[arg(long)]
         timeout: Option<String>,
+        /// An agent host's hook: read its JSON payload (stdin, or PAYLOAD)
+        /// and take a keyed checkpoint of the workspace holding its `cwd`;
+        /// silent on stdout, exit 0 when there is no workspace.
+        #[arg(long, conflicts_with_all = ["id", "message", "parent", "request_key", "resolve", "timeout"])]
+        hook: bool,
+        /// With --hook: print the result on stdout.
+        #[arg(long, requires = "hook")]
+        print: bool,
+        /// With --hook: the payload as an argument (Codex's `notify`).
+        #[arg(requires = "hook", value_name = "PAYLOAD")]
+        payload: Option<String>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -495,8 +506,14 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             request_key,
             resolve,
             timeout,
+            hook,
+            print,
+            payload,
             registry,
         } => {
+            if hook {
+                return crate::hook::run(payload, print);
+            }
             let (id, registry) = registry.workspace(id)?;
             let req = CaptureRequest {
                 spec: CaptureSpec {

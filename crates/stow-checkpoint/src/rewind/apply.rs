@@ -42,7 +42,8 @@ pub struct Conflict {
 pub(crate) struct Applied {
     /// Files and links written, and files whose mode was set.
     pub written: u64,
-    /// Files, links and directories removed.
+    /// Files and links removed (directories are not counted, as `status`
+    /// does not list them).
     pub deleted: u64,
     pub conflicts: Vec<Conflict>,
 }
@@ -305,7 +306,6 @@ impl<'a> Applier<'a> {
                 // A directory still holding what the capture rules leave
                 // out (or something new), or gone already, is left as it is.
                 if fs::remove_dir(&at).is_ok() {
-                    self.applied.deleted += 1;
                     self.touched.insert(parent_of(&at));
                     self.parents_ok.remove(rel);
                 }

@@ -89,7 +89,8 @@ pub struct RewindResult {
     pub paths: Vec<String>,
     /// Files and links written, and files whose mode was set.
     pub written: u64,
-    /// Files, links and directories removed.
+    /// Files and links removed (emptied directories go too, uncounted,
+    /// as `status` does not list directories).
     pub deleted: u64,
     /// Files and links already as the checkpoint has them.
     pub unchanged: u64,
