@@ -220,12 +220,12 @@ def snapshot_dirs(root):
 class Watcher:
     """A running `stow-s3 workspace watch`, its readiness line read."""
 
-    def __init__(self, stow_bin, ws_id, reg, log):
+    def __init__(self, stow_bin, ws_id, reg, log, env_extra=None):
         self.log = log
         self.err = open(log, "wb")  # noqa: SIM115 (closed by cleanup)
         self.proc = subprocess.Popen(
             [stow_bin, "workspace", "watch", "--id", ws_id, "--registry-dir", str(reg)],
-            stdout=subprocess.PIPE, stderr=self.err)
+            stdout=subprocess.PIPE, stderr=self.err, env={**os.environ, **(env_extra or {})})
         ready, _, _ = select.select([self.proc.stdout], [], [], 20)
         if not ready:
             self.proc.kill()
@@ -284,8 +284,8 @@ def watch(stow_bin, workdir, request):
 
     request.addfinalizer(cleanup)
 
-    def start(ws_id, reg=None):
-        w = Watcher(stow_bin, ws_id, reg or workdir / "reg", workdir / f"watch-{len(started)}.log")
+    def start(ws_id, reg=None, env_extra=None):
+        w = Watcher(stow_bin, ws_id, reg or workdir / "reg", workdir / f"watch-{len(started)}.log", env_extra)
         started.append(w)
         return w
 
@@ -685,6 +685,49 @@ def test_workspace_serve_hosts_the_watch(stow_bin, workdir, watch):
     assert w.ready["socket"] == str(sock) and answers(sock)
     rc, _, _ = w.stop()
     assert rc == 0, w.stderr()
+
+
+def test_a_rewind_goes_through_the_watch_and_one_it_lost_is_finished(stow_bin, workdir, watch):
+    files = {"a.txt": b"alpha", "d/b.txt": b"beta", "d/e/c.txt": b"gamma"}
+    p = prepare(stow_bin, workdir, files)
+    ws_id, reg, root = p["workspace_id"], workdir / "reg", pathlib.Path(p["root"])
+    cp = checkpoint(stow_bin, reg, ws_id)["checkpoint_id"]
+    at_cp = snapshot(root)
+
+    def edit():
+        (root / "a.txt").write_bytes(b"edited")
+        shutil.rmtree(root / "d" / "e")
+        (root / "new.txt").write_bytes(b"new")
+
+    w = watch(ws_id)
+    assert inotify_watches(w.pid) is None
+    edit()
+    edited = snapshot(root)
+    r = ws(stow_bin, "rewind", "--id", ws_id, "--registry-dir", reg, "--to", cp)[1]
+    assert r["conflicts"] == [] and snapshot(root) == at_cp
+    assert inotify_watches(w.pid) is not None, "the rewind did not go through the watcher"
+    rc, _, _ = w.stop()
+    assert rc == 0, w.stderr()
+
+    # A watcher killed in the middle of a rewind it serves: a plain rewind
+    # reports outcome_unknown, and the next status finishes it.
+    edit()
+    w = watch(ws_id, env_extra={"STOW_TEST_FAULT": "rewind.step#2"})
+    rc, doc, err = ws(stow_bin, "rewind", "--id", ws_id, "--registry-dir", reg, "--to", cp, check=False)
+    assert (rc, doc["error"]["code"]) == (1, "outcome_unknown"), (doc, err)
+    assert w.proc.wait(timeout=10) == -9
+    st = ws(stow_bin, "status", "--id", ws_id, "--registry-dir", reg)[1]
+    assert st["clean"] is True and st["checkpoint_id"] == cp and snapshot(root) == at_cp
+
+    # A keyed one is run again in process: the journal is finished first,
+    # and the key answers the finished rewind.
+    edit()
+    assert snapshot(root) == edited
+    w = watch(ws_id, env_extra={"STOW_TEST_FAULT": "rewind.step#2"})
+    key = ["--request-key", "rw-lost"]
+    r = ws(stow_bin, "rewind", "--id", ws_id, "--registry-dir", reg, "--to", cp, *key)[1]
+    assert w.proc.wait(timeout=10) == -9
+    assert r["replayed"] is True and r["checkpoint_id"] == cp and snapshot(root) == at_cp
 
 
 def test_unknown_workspace_is_not_found(stow_bin, workdir):

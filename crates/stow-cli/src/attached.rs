@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use stow_checkpoint::progress::Progress;
+use stow_checkpoint::watch_service::{self, RewindCall, WatchReply};
 
 use crate::progress::TerminalBar;
 use crate::workspace::{json, RegistryArgs};
@@ -163,19 +164,40 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
         } => {
             let (id, registry) = registry.workspace(id)?;
             let bar = TerminalBar::for_stderr();
-            let result = stow_checkpoint::rewind::rewind(
-                &registry,
-                &stow_checkpoint::rewind::RewindRequest {
-                    workspace_id: &id,
-                    to: &to,
+            let progress = bar.as_ref().map(|b| b as &dyn Progress);
+            let result = if dry_run {
+                // A plan changes nothing: no watch service is needed.
+                stow_checkpoint::rewind::rewind(
+                    &registry,
+                    &stow_checkpoint::rewind::RewindRequest {
+                        workspace_id: &id,
+                        to: &to,
+                        paths,
+                        dry_run,
+                        message,
+                        request_key: request_key.as_deref(),
+                        progress,
+                        monitor: None,
+                    },
+                )?
+            } else {
+                let call = RewindCall {
+                    workspace_id: id,
+                    to,
                     paths,
-                    dry_run,
                     message,
-                    request_key: request_key.as_deref(),
-                    progress: bar.as_ref().map(|b| b as &dyn Progress),
-                    monitor: None,
-                },
-            )?;
+                    request_key,
+                };
+                match watch_service::rewind(&registry, &call, progress) {
+                    WatchReply::Rewound { result } => *result,
+                    WatchReply::Refused { code, message } => {
+                        return Err(CliError::new(code, message))
+                    }
+                    WatchReply::Captured { .. } | WatchReply::Keyed { .. } => {
+                        return Err(crate::workspace::mismatched_reply())
+                    }
+                }
+            };
             match result.error() {
                 None => json(result),
                 // The result still says what was done: it is the document.

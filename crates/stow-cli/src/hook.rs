@@ -14,7 +14,7 @@ use std::io::Read;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest};
+use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply};
 use stow_checkpoint::{CaptureSpec, Registry};
 
 use crate::CliError;
@@ -79,14 +79,15 @@ fn hook(payload_arg: Option<String>, print: bool) -> Result<Value, CliError> {
         timeout_nanos: u64::try_from(HOOK_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
     };
     match watch_service::capture(&registry, &req, None) {
-        CaptureReply::Keyed { envelope, message } => match &envelope.error {
+        WatchReply::Keyed { envelope, message } => match &envelope.error {
             None if print => crate::workspace::json(&envelope),
             None => Ok(Value::Null),
             Some(e) => Err(CliError::new(e.code.clone(), message.unwrap_or_default())),
         },
-        CaptureReply::Captured { result } if print => crate::workspace::json(result),
-        CaptureReply::Captured { .. } => Ok(Value::Null),
-        CaptureReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Captured { result } if print => crate::workspace::json(result),
+        WatchReply::Captured { .. } => Ok(Value::Null),
+        WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Rewound { .. } => Err(crate::workspace::mismatched_reply()),
     }
 }
 

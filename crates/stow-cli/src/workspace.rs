@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
-use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest};
+use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply};
 use stow_checkpoint::CaptureSpec;
 use stow_checkpoint::{Registry, WsError};
 use stow_workspace::admin::{self, PolicyUpdate};
@@ -403,18 +403,27 @@ pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliEr
 /// A capture's reply as the CLI answers it. The keyed form prints its
 /// envelope even when it carries an error, and then exits 1 (the envelope,
 /// not `{"error"}`, is the one JSON document).
-fn captured(reply: CaptureReply) -> Result<serde_json::Value, CliError> {
+fn captured(reply: WatchReply) -> Result<serde_json::Value, CliError> {
     match reply {
-        CaptureReply::Captured { result } => json(result),
-        CaptureReply::Keyed { envelope, message } => match &envelope.error {
+        WatchReply::Captured { result } => json(result),
+        WatchReply::Keyed { envelope, message } => match &envelope.error {
             None => json(&envelope),
             Some(e) => Err(CliError {
                 document: Some(json(&envelope)?),
                 ..CliError::new(e.code.clone(), message.unwrap_or_default())
             }),
         },
-        CaptureReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Rewound { .. } => Err(mismatched_reply()),
     }
+}
+
+/// A watch service answered a request of one kind with a reply of another.
+pub(crate) fn mismatched_reply() -> CliError {
+    CliError::new(
+        "internal",
+        "the watch service answered with a reply of another kind",
+    )
 }
 
 pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {

@@ -290,7 +290,7 @@ fn a_change_during_a_monitored_capture_is_refused_and_seen_by_the_next() {
 /// the service's monitor is the one keeping the watch.
 #[test]
 fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
-    use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+    use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply, WatchService};
     let w = setup();
     let root = w.ws.root.clone();
     let service = WatchService::start(&w.reg, &w.ws.workspace_id).unwrap();
@@ -306,7 +306,7 @@ fn checkpoints_through_a_watch_service_equal_a_fresh_walk() {
             log.push(edit(&root, &mut rng, step));
         }
         let truth = walk(&root);
-        let CaptureReply::Captured { result } = watch_service::capture(&w.reg, &req, None) else {
+        let WatchReply::Captured { result } = watch_service::capture(&w.reg, &req, None) else {
             panic!("step {step}: not captured");
         };
         assert!(

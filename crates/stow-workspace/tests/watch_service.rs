@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::net::UnixListener;
 
-use stow_checkpoint::watch_service::{self, CaptureReply, CaptureRequest, WatchService};
+use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply, WatchService};
 use stow_checkpoint::CaptureSpec;
 use stow_workspace::{prepare, Registry, WorkspaceResult};
 
@@ -32,9 +32,9 @@ fn plain(ws: &str) -> CaptureRequest {
     }
 }
 
-fn captured_files(reply: CaptureReply) -> u64 {
+fn captured_files(reply: WatchReply) -> u64 {
     match reply {
-        CaptureReply::Captured { result } => result.files,
+        WatchReply::Captured { result } => result.files,
         other => panic!("not captured: {other:?}"),
     }
 }
@@ -100,7 +100,7 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
         ..plain(&ws.workspace_id)
     };
     match watch_service::capture(&reg, &bad_parent, None) {
-        CaptureReply::Refused { code, .. } => assert_eq!(code, "invalid_parent"),
+        WatchReply::Refused { code, .. } => assert_eq!(code, "invalid_parent"),
         other => panic!("{other:?}"),
     }
     let keyed = CaptureRequest {
@@ -109,7 +109,7 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
         ..plain(&ws.workspace_id)
     };
     let first = watch_service::capture(&reg, &keyed, None);
-    let CaptureReply::Keyed {
+    let WatchReply::Keyed {
         envelope,
         message: None,
     } = &first
@@ -123,7 +123,7 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
         "the keyed capture did not use the service"
     );
     // The replay is answered the same whether or not a service runs.
-    let CaptureReply::Keyed {
+    let WatchReply::Keyed {
         envelope: again, ..
     } = keyed.run(&reg, None, None)
     else {
@@ -134,7 +134,7 @@ fn refusals_and_keyed_replays_answer_as_in_process() {
     assert_eq!(again.result.checkpoint, envelope.result.checkpoint);
     // A workspace no service watches is looked up here, and refused.
     match watch_service::capture(&reg, &plain("ws_0000000000000000"), None) {
-        CaptureReply::Refused { code, .. } => assert_eq!(code, "not_found"),
+        WatchReply::Refused { code, .. } => assert_eq!(code, "not_found"),
         other => panic!("{other:?}"),
     }
 }

@@ -31,12 +31,14 @@ use crate::error::WsError;
 use crate::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
 use crate::progress::Progress;
 use crate::registry::Registry;
+use crate::rewind::{RewindRequest, RewindResult};
 use crate::{CaptureOptions, CaptureSpec, CheckpointResult, TreeMonitor};
 
 pub use service::WatchService;
 
-/// The wire version of requests and replies.
-const PROTOCOL_VERSION: u32 = 1;
+/// The wire version of requests and replies (2: requests are tagged
+/// captures or rewinds).
+const PROTOCOL_VERSION: u32 = 2;
 
 /// A request line is refused past this size.
 const MAX_REQUEST_BYTES: u64 = 64 << 10;
@@ -55,10 +57,75 @@ pub struct CaptureRequest {
     pub timeout_nanos: u64,
 }
 
-/// What a capture answers.
+/// One rewind, as `workspace rewind` states it (a dry run never travels:
+/// it changes nothing and needs no watch).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RewindCall {
+    pub workspace_id: String,
+    pub to: String,
+    pub paths: Vec<String>,
+    pub message: Option<String>,
+    pub request_key: Option<String>,
+}
+
+impl RewindCall {
+    /// Runs the rewind in this process, with `monitor` when a long-lived
+    /// process keeps one for the workspace.
+    pub fn run(
+        &self,
+        registry: &Registry,
+        monitor: Option<&TreeMonitor>,
+        progress: Option<&dyn Progress>,
+    ) -> WatchReply {
+        let req = RewindRequest {
+            workspace_id: &self.workspace_id,
+            to: &self.to,
+            paths: self.paths.clone(),
+            dry_run: false,
+            message: self.message.clone(),
+            request_key: self.request_key.as_deref(),
+            progress,
+            monitor,
+        };
+        match crate::rewind::rewind(registry, &req) {
+            Ok(result) => WatchReply::Rewound {
+                result: Box::new(result),
+            },
+            Err(e) => WatchReply::refused(&e),
+        }
+    }
+}
+
+/// What a watch service is asked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Request {
+    Capture(CaptureRequest),
+    Rewind(RewindCall),
+}
+
+impl Request {
+    fn workspace_id(&self) -> &str {
+        match self {
+            Request::Capture(c) => &c.workspace_id,
+            Request::Rewind(r) => &r.workspace_id,
+        }
+    }
+
+    /// Whether the request is keyed: safe to run again in process when a
+    /// service took it and gave no answer.
+    fn is_keyed(&self) -> bool {
+        match self {
+            Request::Capture(c) => c.is_keyed(),
+            Request::Rewind(r) => r.request_key.is_some(),
+        }
+    }
+}
+
+/// What a capture or a rewind answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
-pub enum CaptureReply {
+pub enum WatchReply {
     /// A plain capture's result.
     Captured { result: CheckpointResult },
     /// A keyed capture's envelope (it may carry an error), with the
@@ -68,13 +135,15 @@ pub enum CaptureReply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
-    /// A plain capture refused (or failed) with this code.
+    /// A rewind's result (it may list conflicts).
+    Rewound { result: Box<RewindResult> },
+    /// A plain capture or a rewind refused (or failed) with this code.
     Refused { code: String, message: String },
 }
 
-impl CaptureReply {
-    fn refused(e: &WsError) -> CaptureReply {
-        CaptureReply::Refused {
+impl WatchReply {
+    fn refused(e: &WsError) -> WatchReply {
+        WatchReply::Refused {
             code: e.code().to_string(),
             message: e.to_string(),
         }
@@ -93,7 +162,7 @@ impl CaptureRequest {
         registry: &Registry,
         monitor: Option<&TreeMonitor>,
         progress: Option<&dyn Progress>,
-    ) -> CaptureReply {
+    ) -> WatchReply {
         if self.is_keyed() {
             let envelope = keyed_capture(
                 registry,
@@ -107,7 +176,7 @@ impl CaptureRequest {
                 },
             );
             let message = envelope.error.as_ref().map(|e| e.message.clone());
-            return CaptureReply::Keyed { envelope, message };
+            return WatchReply::Keyed { envelope, message };
         }
         let opts = CaptureOptions {
             spec: self.spec.clone(),
@@ -116,8 +185,8 @@ impl CaptureRequest {
             ..CaptureOptions::default()
         };
         match crate::capture(registry, &self.workspace_id, &opts) {
-            Ok(result) => CaptureReply::Captured { result },
-            Err(e) => CaptureReply::refused(&e),
+            Ok(result) => WatchReply::Captured { result },
+            Err(e) => WatchReply::refused(&e),
         }
     }
 }
@@ -128,12 +197,13 @@ pub fn capture(
     registry: &Registry,
     req: &CaptureRequest,
     progress: Option<&dyn Progress>,
-) -> CaptureReply {
-    match through_service(registry, req) {
+) -> WatchReply {
+    let request = Request::Capture(req.clone());
+    match through_service(registry, &request, req.timeout_nanos) {
         Delivery::Answered(reply) => *reply,
         Delivery::Untaken => req.run(registry, None, progress),
         Delivery::Lost if req.is_keyed() => req.run(registry, None, progress),
-        Delivery::Lost => CaptureReply::Refused {
+        Delivery::Lost => WatchReply::Refused {
             code: "outcome_unknown".into(),
             message: format!(
                 "the watch serving workspace {} stopped during the capture; whether a \
@@ -144,21 +214,49 @@ pub fn capture(
     }
 }
 
+/// Runs a rewind through the workspace's watch service when one answers
+/// (its undo capture then reads only what changed, and the rewind is
+/// ordered with the service's own work), else in this process.
+pub fn rewind(
+    registry: &Registry,
+    call: &RewindCall,
+    progress: Option<&dyn Progress>,
+) -> WatchReply {
+    let request = Request::Rewind(call.clone());
+    match through_service(registry, &request, 0) {
+        Delivery::Answered(reply) => *reply,
+        Delivery::Untaken => call.run(registry, None, progress),
+        // A key makes running it again safe: a finished rewind replays, an
+        // interrupted one is finished first.
+        Delivery::Lost if request.is_keyed() => call.run(registry, None, progress),
+        Delivery::Lost => WatchReply::Refused {
+            code: "outcome_unknown".into(),
+            message: format!(
+                "the watch serving workspace {} stopped during the rewind; the next rewind, \
+                 capture or status of the workspace finishes it",
+                call.workspace_id
+            ),
+        },
+    }
+}
+
 /// Where a request sent to a service ended.
 enum Delivery {
-    Answered(Box<CaptureReply>),
+    Answered(Box<WatchReply>),
     /// No service took the request: nothing was done.
     Untaken,
     /// The service took the request and gave no answer.
     Lost,
 }
 
-fn through_service(registry: &Registry, req: &CaptureRequest) -> Delivery {
-    if crate::paths::check_workspace_id(&req.workspace_id).is_err() {
+/// Sends `req` to its workspace's service; a keyed capture waits at most
+/// `timeout_nanos` (and a margin) for the answer.
+fn through_service(registry: &Registry, req: &Request, timeout_nanos: u64) -> Delivery {
+    if crate::paths::check_workspace_id(req.workspace_id()).is_err() {
         return Delivery::Untaken;
     }
     let dir = watch_dir(registry);
-    let name = socket_name(&req.workspace_id);
+    let name = socket_name(req.workspace_id());
     if !dir.join(&name).exists() {
         return Delivery::Untaken;
     }
@@ -186,10 +284,10 @@ fn through_service(registry: &Registry, req: &CaptureRequest) -> Delivery {
     {
         return Delivery::Untaken;
     }
-    if req.is_keyed() {
+    if matches!(req, Request::Capture(c) if c.is_keyed()) {
         // A keyed capture has a deadline; past it (and a margin) the
         // service is taken as lost and the key is resolved in process.
-        let wait = Duration::from_nanos(req.timeout_nanos) + Duration::from_secs(5);
+        let wait = Duration::from_nanos(timeout_nanos) + Duration::from_secs(5);
         let _ = stream.set_read_timeout(Some(wait));
     }
     let mut answer = String::new();
@@ -206,14 +304,14 @@ fn through_service(registry: &Registry, req: &CaptureRequest) -> Delivery {
 #[derive(Serialize, Deserialize)]
 struct Envelope {
     version: u32,
-    request: CaptureRequest,
+    request: Request,
 }
 
 /// A reply on the wire.
 #[derive(Serialize, Deserialize)]
 struct ReplyEnvelope {
     version: u32,
-    reply: CaptureReply,
+    reply: WatchReply,
 }
 
 /// Whether a watch service (`workspace watch`, `workspace serve`) holds

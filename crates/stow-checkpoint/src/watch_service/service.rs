@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{
-    socket_name, watch_dir, with_short_path, CaptureReply, Envelope, ReplyEnvelope,
+    socket_name, watch_dir, with_short_path, Envelope, ReplyEnvelope, Request, WatchReply,
     MAX_REQUEST_BYTES, PROTOCOL_VERSION,
 };
 use crate::error::{Result, WsError};
@@ -147,7 +147,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
             let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
             if *active >= MAX_ACTIVE {
                 drop(active);
-                let busy = CaptureReply::Refused {
+                let busy = WatchReply::Refused {
                     code: "in_use".into(),
                     message: format!("the watch is serving {MAX_ACTIVE} requests; retry"),
                 };
@@ -187,26 +187,28 @@ fn serve_one(shared: &Shared, stream: UnixStream) {
             "watch protocol version {} is not {PROTOCOL_VERSION}",
             env.version
         )),
-        Ok(env) if env.request.workspace_id != shared.workspace_id => refused(format!(
+        Ok(env) if env.request.workspace_id() != shared.workspace_id => refused(format!(
             "this watch serves workspace {}, not {}",
-            shared.workspace_id, env.request.workspace_id
+            shared.workspace_id,
+            env.request.workspace_id()
         )),
-        Ok(env) => env
-            .request
-            .run(&shared.registry, Some(&shared.monitor), None),
+        Ok(env) => match env.request {
+            Request::Capture(c) => c.run(&shared.registry, Some(&shared.monitor), None),
+            Request::Rewind(r) => r.run(&shared.registry, Some(&shared.monitor), None),
+        },
         Err(e) => refused(format!("unreadable watch request: {e}")),
     };
     let _ = answer(&stream, reply);
 }
 
-fn refused(message: String) -> CaptureReply {
-    CaptureReply::Refused {
+fn refused(message: String) -> WatchReply {
+    WatchReply::Refused {
         code: "invalid_request".into(),
         message,
     }
 }
 
-fn answer(mut stream: &UnixStream, reply: CaptureReply) -> std::io::Result<()> {
+fn answer(mut stream: &UnixStream, reply: WatchReply) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(&ReplyEnvelope {
         version: PROTOCOL_VERSION,
         reply,
