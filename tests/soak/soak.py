@@ -3,7 +3,7 @@
 cycles under concurrent load against the real binary, with a model checked
 after every restart.
 
-    python3 tests/soak/soak.py --engine {s3,mcp,capture,serve,transfer,all} --cycles N --seed S
+    python3 tests/soak/soak.py --engine {s3,mcp,capture,serve,transfer,rewind,all} --cycles N --seed S
 
 Engines:
   s3        `stow-s3 serve`: PUT (small, large, streamed), multipart upload and
@@ -16,15 +16,22 @@ Engines:
             plain capture of the served tree running meanwhile
   transfer  `workspace import`, `apply`, `push`, `pull` (remote: a second
             `stow-s3 serve`) and `export`, all at once
+  rewind    `workspace rewind` of an attached tree (dirs, files of varied sizes,
+            empty dirs, links, modes) to an earlier checkpoint or its undo
+            checkpoint, whole or `--paths`, killed at a fault point or from
+            outside; the next status, checkpoint or rewind finishes it
 
 Each cycle starts the load, SIGKILLs the process(es) at a point drawn from
 the seed, restarts or re-reads, and checks: acknowledged writes are there
 with their bytes and ETag, nothing unacknowledged is half there, usage
 counters equal what is stored, `stow-s3 check` passes, the registry
-verifies (manifests, blobs by digest, usage, restores), and a retry of a
-killed transfer succeeds. The seed and cycle are printed at the start and
-in every failure; `--seed S --cycles N` replays the same choices (the
-timing of threads and processes still varies from run to run).
+verifies (manifests, blobs by digest, usage, restores), a retry of a
+killed transfer succeeds, and a killed rewind left every path as it was or
+as its checkpoint has it, is finished by the next status, checkpoint or
+rewind, and its undo checkpoint holds the tree it replaced. The seed and
+cycle are printed at the start and in every failure; `--seed S --cycles N`
+replays the same choices (the timing of threads and processes still varies
+from run to run).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from soakkit import Ctx, SoakFailure, stow_bin  # noqa: E402
 
-ENGINE_NAMES = ["s3", "mcp", "capture", "serve", "transfer"]
+ENGINE_NAMES = ["s3", "mcp", "capture", "serve", "transfer", "rewind"]
 
 
 def engine_class(name):
@@ -63,6 +70,9 @@ def engine_class(name):
     if name == "transfer":
         from engine_transfer import TransferEngine
         return TransferEngine
+    if name == "rewind":
+        from engine_rewind import RewindEngine
+        return RewindEngine
     raise ValueError(name)
 
 
