@@ -295,7 +295,7 @@ def test_a_concurrent_writer_never_loses_a_write(stow_bin, workdir, env):
 
 @pytest.mark.parametrize(
     "point",
-    ["rewind.journaled", "rewind.moved_aside#1", "rewind.moved_aside#7", "rewind.step#3", "rewind.step#25", "rewind.unstaged"],
+    ["rewind.journaled", "rewind.moved_aside#1", "rewind.moved_aside#7", "rewind.exchanged#1", "rewind.exchanged#3", "rewind.step#3", "rewind.step#25", "rewind.unstaged"],
 )
 def test_a_rewind_killed_anywhere_is_finished_by_the_next_command(stow_bin, workdir, env, point):
     repo = make_repo(workdir / "repo", env)
@@ -321,3 +321,24 @@ def test_a_rewind_killed_anywhere_is_finished_by_the_next_command(stow_bin, work
     assert len(undo) == 1
     ok(stow_bin, "rewind", "--to", undo[0]["checkpoint_id"], env=env, cwd=repo)
     assert content(repo) == edited
+
+
+def test_sensitive_paths_are_rewound_only_when_asked(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    (repo / ".env").write_text("TOKEN=one\n")
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", "--include-sensitive", env=env, cwd=repo)["checkpoint_id"]
+    (repo / ".env").write_text("TOKEN=two\n")
+    (repo / "id_rsa").write_text("new key\n")
+    (repo / "README.md").write_text("edited\n")
+    r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    assert (repo / "README.md").read_text() == "# demo\n"
+    assert (repo / ".env").read_text() == "TOKEN=two\n" and (repo / "id_rsa").exists()
+    assert ".env" in r.get("skipped", [])
+    (repo / "README.md").write_text("edited\n")
+    r = ok(stow_bin, "rewind", "--to", cp, "--include-sensitive", env=env, cwd=repo)
+    assert (repo / ".env").read_text() == "TOKEN=one\n" and not (repo / "id_rsa").exists()
+    assert (repo / "README.md").read_text() == "# demo\n"
+    # The undo checkpoint held them: undo brings the new key back.
+    ok(stow_bin, "rewind", "--to", r["undo_checkpoint_id"], "--include-sensitive", env=env, cwd=repo)
+    assert (repo / ".env").read_text() == "TOKEN=two\n" and (repo / "id_rsa").read_text() == "new key\n"

@@ -1,5 +1,6 @@
 """Engine `rewind`: `workspace rewind` of an attached workspace, killed with
 SIGKILL — at a test fault point (`rewind.journaled`, `rewind.moved_aside#N`,
+`rewind.exchanged#N`,
 `rewind.step#N`, `rewind.unstaged`; N drawn from the plan the model predicts)
 or from outside after a random delay (now and then with a fault point's
 `@MS` pause stretching the apply phase so the kill lands inside it).
@@ -153,6 +154,24 @@ def wanted(pre: dict, target: dict, scope: list) -> dict:
     return out
 
 
+def exchange_count(pre: dict, target: dict, scope: list) -> int:
+    """Steps of the plan that exchange an entry in place (an install or a
+    make_dir where something else is): the range of `rewind.exchanged#N`."""
+    n = 0
+    for p in sorted(set(pre) | set(target)):
+        if scope and not any(under(p, s) for s in scope):
+            continue
+        was, want = pre.get(p), target.get(p)
+        if was is None or want is None or was == want:
+            continue
+        if was[0] == want[0] == "dir":
+            continue
+        if was[0] == want[0] == "file" and was[1] == want[1]:
+            continue  # chmod
+        n += 1
+    return n
+
+
 def plan_counts(pre: dict, target: dict, scope: list) -> tuple[int, int]:
     """(steps, files moved aside) of the rewind's plan, as plan.rs builds it
     from the undo checkpoint (the pre-rewind tree) and the target: the
@@ -173,13 +192,13 @@ def plan_counts(pre: dict, target: dict, scope: list) -> tuple[int, int]:
         if was and want and was[0] == want[0] == "file" and was[1] == want[1]:
             steps += 1  # chmod
             continue
-        in_place = bool(was and want and was[0] == want[0] and want[0] in ("file", "link"))
-        if was and not in_place:
-            steps += 1  # remove or remove_dir
+        if want is None:
+            steps += 1  # remove (a file or link is moved aside) or remove_dir
             asides += was[0] in ("file", "link")
-        if want:
-            steps += 2 if want[0] == "dir" else 1  # make_dir + dir_mode, or install
-            asides += in_place
+        else:
+            # make_dir + dir_mode, or install: one step at the path whatever
+            # was there (exchanged in one rename), never moved aside.
+            steps += 2 if want[0] == "dir" else 1
     return steps, asides
 
 
@@ -394,6 +413,7 @@ class RewindEngine:
         scope = self.pick_scope(rng, pre, self.cps[target]) if rng.random() < 0.25 else []
         want = wanted(pre, self.cps[target], scope)
         steps, asides = plan_counts(pre, self.cps[target], scope)
+        self.exchanges = exchange_count(pre, self.cps[target], scope)
         ctx.stats["rewinds_scoped" if scope else "rewinds_full"] += 1
         self.rewind_killed(rng, target, scope, pre, want, steps, asides)
 
@@ -425,6 +445,9 @@ class RewindEngine:
                 weights.append(3)
             if asides:
                 kinds.append(f"rewind.moved_aside#{rng.randint(1, asides)}")
+                weights.append(3)
+            if getattr(self, "exchanges", 0):
+                kinds.append(f"rewind.exchanged#{rng.randint(1, self.exchanges)}")
                 weights.append(3)
             return rng.choices(kinds, weights)[0], None
         base = self.duration

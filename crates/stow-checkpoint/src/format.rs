@@ -364,7 +364,7 @@ pub(super) fn load_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> 
     serde_json::from_slice(&bytes).map_err(|e| WsError::Corrupt(format!("{}: {e}", path.display())))
 }
 
-pub(super) fn load_summary(registry: &Registry, id: &str) -> Result<Summary> {
+pub(crate) fn load_summary(registry: &Registry, id: &str) -> Result<Summary> {
     let s: Summary = load_json(&checkpoints_dir(registry).join(id).join("summary.json"))?;
     if s.id != id {
         return Err(WsError::Corrupt(format!(

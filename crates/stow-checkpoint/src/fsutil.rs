@@ -90,9 +90,21 @@ fn write_temp<'p>(path: &'p Path, bytes: &[u8], mode: u32) -> Result<(&'p Path, 
     Ok((dir, tmp))
 }
 
+/// Swaps the entries at `a` and `b` in one step (both must exist; either
+/// may be a directory): a reader of either name sees the old entry or the
+/// new one, never none.
+pub fn rename_exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    renameat2(a, b, libc::RENAME_EXCHANGE)
+}
+
 /// Renames `from` to `to` unless `to` exists (a directory included):
 /// `AlreadyExists` then, and nothing moves.
 pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    renameat2(from, to, libc::RENAME_NOREPLACE)
+}
+
+/// `renameat2(2)` on two paths with `flags`.
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = |p: &Path| {
         std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -106,7 +118,7 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
             from.as_ptr(),
             libc::AT_FDCWD,
             to.as_ptr(),
-            libc::RENAME_NOREPLACE,
+            flags,
         )
     };
     if rc == 0 {

@@ -192,10 +192,15 @@ pub fn head(registry: &Registry, ws: &str) -> Result<Option<String>> {
     } else {
         0
     };
+    // A line whose checkpoint is not there (a capture killed between the
+    // line and its publication) moves no head.
+    let dir = checkpoints_dir(registry);
     let found = parse(&tail[from..])
         .iter()
         .rev()
-        .find_map(|l| l.head().map(str::to_string));
+        .filter_map(Line::head)
+        .find(|h| dir.join(h).is_dir())
+        .map(str::to_string);
     if found.is_some() || start == 0 {
         return Ok(found);
     }
@@ -227,11 +232,12 @@ fn read(registry: &Registry, ws: &str) -> Result<History> {
 fn read_file(registry: &Registry, ws: &str) -> Result<History> {
     let path = history_path(registry, ws);
     let text = fs::read(&path).map_err(|e| WsError::io_at("read history", &path, e))?;
+    let dir = checkpoints_dir(registry);
     let mut head = None;
     let mut entries: Vec<Summary> = Vec::new();
     let mut at: HashMap<String, usize> = HashMap::new();
     for line in parse(&text) {
-        if let Some(h) = line.head() {
+        if let Some(h) = line.head().filter(|h| dir.join(h).is_dir()) {
             head = Some(h.to_string());
         }
         if let Line::Checkpoint(s) = line {
@@ -243,9 +249,7 @@ fn read_file(registry: &Registry, ws: &str) -> Result<History> {
             entries.push(s);
         }
     }
-    let dir = checkpoints_dir(registry);
     entries.retain(|s| !s.id.is_empty() && dir.join(&s.id).is_dir());
-    let head = head.filter(|h| dir.join(h).is_dir());
     Ok(History { entries, head })
 }
 

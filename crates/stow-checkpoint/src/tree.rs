@@ -323,6 +323,76 @@ pub(crate) fn load_tree(registry: &Registry, root: &str) -> Result<Expanded> {
     Ok(out)
 }
 
+/// A directory's node on each side of a comparison (`None`: not there).
+type NodePair = (Option<[u8; 32]>, Option<[u8; 32]>);
+
+/// Two trees (root nodes `a` and `b`, hex) expanded only where they
+/// differ: a directory whose node is the same in both is listed (with
+/// each side's mode) but not entered, so the work follows the change, not
+/// the tree. Each side's lists are sorted by path; `nodes` stays empty.
+pub(crate) fn expand_differing(
+    registry: &Registry,
+    a: &str,
+    b: &str,
+) -> Result<(Expanded, Expanded)> {
+    let sha = |h: &str| unhex32(h).ok_or_else(|| corrupt(h, "not a SHA-256"));
+    let (mut left, mut right) = (Expanded::default(), Expanded::default());
+    let mut stack: Vec<(String, NodePair)> = vec![(String::new(), (Some(sha(a)?), Some(sha(b)?)))];
+    while let Some((prefix, (a, b))) = stack.pop() {
+        if a.is_some() && a == b {
+            continue;
+        }
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}/{name}")
+            }
+        };
+        let read = |s: Option<[u8; 32]>| s.map(|s| read_node(registry, &s)).transpose();
+        let (na, nb) = (read(a)?, read(b)?);
+        for (node, out) in [(&na, &mut left), (&nb, &mut right)] {
+            let Some(node) = node else { continue };
+            out.files.extend(node.files.iter().map(|f| FileEntry {
+                path: join(&f.path),
+                ..f.clone()
+            }));
+            out.links.extend(node.links.iter().map(|l| LinkEntry {
+                path: join(&l.path),
+                target: l.target.clone(),
+            }));
+            out.skipped
+                .extend(node.skipped.iter().map(|k| SkippedEntry {
+                    path: join(&k.path),
+                    reason: k.reason.clone(),
+                }));
+            out.dirs
+                .extend(node.dirs.iter().map(|(name, mode, _)| DirectoryEntry {
+                    path: join(name),
+                    mode: *mode,
+                }));
+        }
+        // Subdirectories by name: entered unless both sides hold the same node.
+        let mut children: BTreeMap<&str, NodePair> = BTreeMap::new();
+        for (name, _, child) in na.iter().flat_map(|n| &n.dirs) {
+            children.entry(name).or_default().0 = Some(*child);
+        }
+        for (name, _, child) in nb.iter().flat_map(|n| &n.dirs) {
+            children.entry(name).or_default().1 = Some(*child);
+        }
+        for (name, pair) in children {
+            stack.push((join(name), pair));
+        }
+    }
+    for out in [&mut left, &mut right] {
+        out.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        out.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        out.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        out.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    }
+    Ok((left, right))
+}
+
 fn corrupt(node: &str, why: &str) -> WsError {
     WsError::Corrupt(format!("checkpoint tree node {node}: {why}"))
 }
@@ -561,6 +631,69 @@ mod tests {
             ..Scan::default()
         };
         assert_eq!(build(&twin, &[], None, &|_| None).unwrap().nodes.len(), 2);
+    }
+
+    #[test]
+    fn differing_trees_are_expanded_only_where_their_nodes_differ() {
+        use crate::scan::Scanned;
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = Registry::at(tmp.path(), None).unwrap();
+        let write = |built: &BuiltTree| {
+            for (sha, bytes) in &built.nodes {
+                let p = blob_path(&registry, &hex(sha));
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(p, bytes).unwrap();
+            }
+            hex(&built.root)
+        };
+        let tree_of = |files: &[(&str, &str)], dirs: &[&str]| {
+            let scan = Scan {
+                files: files.iter().map(|(p, _)| Scanned::for_test(p, 1)).collect(),
+                dirs: dirs
+                    .iter()
+                    .map(|d| DirectoryEntry {
+                        path: d.to_string(),
+                        mode: 0o755,
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let digests: Vec<[u8; 32]> = files
+                .iter()
+                .map(|(_, c)| Sha256::digest(c.as_bytes()).into())
+                .collect();
+            build(&scan, &digests, None, &|_| None).unwrap()
+        };
+        let a = write(&tree_of(
+            &[
+                ("changed/z", "3"),
+                ("gone/w", "4"),
+                ("same/deep/y", "2"),
+                ("same/x", "1"),
+            ],
+            &["changed", "gone", "same", "same/deep"],
+        ));
+        let b = write(&tree_of(
+            &[
+                ("changed/z", "33"),
+                ("new/v", "5"),
+                ("same/deep/y", "2"),
+                ("same/x", "1"),
+            ],
+            &["changed", "new", "same", "same/deep"],
+        ));
+        let (l, r) = expand_differing(&registry, &a, &b).unwrap();
+        let paths = |e: &Expanded| e.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+        assert_eq!(paths(&l), ["changed/z", "gone/w"]);
+        assert_eq!(paths(&r), ["changed/z", "new/v"]);
+        // The unchanged directory is listed on both sides, not entered.
+        let dirs = |e: &Expanded| e.dirs.iter().map(|d| d.path.clone()).collect::<Vec<_>>();
+        assert_eq!(dirs(&l), ["changed", "gone", "same"]);
+        assert_eq!(dirs(&r), ["changed", "new", "same"]);
+        assert_eq!(
+            expand_differing(&registry, &a, &a).unwrap().0.files.len(),
+            0
+        );
     }
 
     #[test]

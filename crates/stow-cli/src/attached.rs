@@ -78,6 +78,11 @@ pub enum AttachedCommand {
         /// Print the plan (the changes, as status reports them) and change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Rewind sensitive-looking paths (.env, keys) too; the checkpoint
+        /// must have been taken with --include-sensitive. Without it they
+        /// are never touched.
+        #[arg(long)]
+        include_sensitive: bool,
         /// The undo checkpoint's message (default "before rewind to CP").
         #[arg(long)]
         message: Option<String>,
@@ -158,6 +163,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
             id,
             paths,
             dry_run,
+            include_sensitive,
             message,
             request_key,
             registry,
@@ -174,6 +180,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                         to: &to,
                         paths,
                         dry_run,
+                        include_sensitive,
                         message,
                         request_key: request_key.as_deref(),
                         progress,
@@ -187,6 +194,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                     paths,
                     message,
                     request_key,
+                    include_sensitive,
                 };
                 match watch_service::rewind(&registry, &call, progress) {
                     WatchReply::Rewound { result } => *result,

@@ -17,14 +17,16 @@ use std::fs::{self, Metadata};
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Entry, Step};
 use crate::error::{Result, WsError};
 use crate::format::FileEntry;
-use crate::fsutil::{fsync_dir, hash_file, hex, rename_noreplace};
+use crate::fsutil::{fsync_dir, hash_file, hex, rename_exchange, rename_noreplace};
 use crate::materialize::copy_verified;
+use crate::parallel::{for_each_in_dir_runs, worker_threads};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::statcache::{CacheEntry, StatCache};
@@ -121,29 +123,38 @@ impl<'a> Applier<'a> {
 
     /// Stages the new bytes of every install (files copied from their
     /// verified blobs and fsynced, links made), then flushes the stage
-    /// directory. Touches nothing outside it.
+    /// directory. Touches nothing outside it. The copies run on a few
+    /// threads: their flushes then share the file system's journal
+    /// commits instead of waiting for one each.
     pub(crate) fn stage_all(&self, steps: &[Step], progress: Option<&dyn Progress>) -> Result<()> {
-        let total: u64 = steps
+        let installs: Vec<(usize, &Entry, &str)> = steps
             .iter()
-            .map(|s| match s {
-                Step::Install {
-                    want: Entry::File { size, .. },
-                    ..
-                } => *size,
-                _ => 0,
+            .enumerate()
+            .filter_map(|(n, s)| match s {
+                Step::Install { want, path, .. } => Some((n, want, path.as_str())),
+                _ => None,
             })
-            .sum();
-        let mut done = 0u64;
-        let mut buf = vec![0u8; 256 << 10];
-        for (n, step) in steps.iter().enumerate() {
-            if let Step::Install { want, .. } = step {
-                self.stage_one(n, want, &mut buf)?;
-                if let (Entry::File { size, .. }, Some(p)) = (want, progress) {
-                    done += size;
-                    p.update("rewind", done, total);
+            .collect();
+        let size = |e: &Entry| match e {
+            Entry::File { size, .. } => *size,
+            _ => 0,
+        };
+        let total: u64 = installs.iter().map(|(_, w, _)| size(w)).sum();
+        let done = AtomicU64::new(0);
+        for_each_in_dir_runs(
+            &installs,
+            |(_, _, path)| path,
+            worker_threads(installs.len()),
+            || vec![0u8; 256 << 10],
+            |buf, (n, want, _)| {
+                self.stage_one(*n, want, buf)?;
+                if let Some(p) = progress {
+                    let so_far = done.fetch_add(size(want), Ordering::Relaxed) + size(want);
+                    p.update("rewind", so_far, total);
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
         fsync_dir(&self.stage)
     }
 
@@ -310,20 +321,7 @@ impl<'a> Applier<'a> {
                     self.parents_ok.remove(rel);
                 }
             }
-            Step::MakeDir { .. } => {
-                let at = self.root.join(rel);
-                match fs::DirBuilder::new().mode_private().create(&at) {
-                    Ok(()) => {
-                        self.touched.insert(parent_of(&at));
-                    }
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                        if !self.lstat(rel)?.is_some_and(|m| m.file_type().is_dir()) {
-                            self.conflict(rel, "something else is where a directory belongs");
-                        }
-                    }
-                    Err(e) => return Err(WsError::io_at("create directory", &at, e)),
-                }
-            }
+            Step::MakeDir { was, mode, .. } => self.make_dir(n, rel, was, *mode)?,
             Step::Install { was, want, .. } => self.install(n, rel, was, want)?,
             Step::Chmod { was, mode, .. } => self.chmod_file(rel, was, *mode)?,
             Step::DirMode { mode, .. } => {
@@ -341,40 +339,147 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
+    /// Puts `want` (a file or link, staged as `new-<n>`) at `rel`. Where
+    /// something is there already (`was`, of any kind; a directory emptied
+    /// by earlier steps) the two are exchanged in one rename, so the path
+    /// never goes missing; what was there, now at `new-<n>`, is checked
+    /// once more and deleted at the end (or exchanged back: a conflict).
     fn install(&mut self, n: usize, rel: &str, was: &Entry, want: &Entry) -> Result<()> {
+        let staged = self.staged(n);
         let now = self.lstat(rel)?;
         if let Some(meta) = &now {
             if self.recovering && self.holds(rel, meta, want)? {
                 return Ok(());
             }
-            if !self.holds(rel, meta, was)? {
-                self.conflict(rel, "changed since the undo checkpoint; left as it is");
-                return Ok(());
-            }
-            if !self.move_aside(n, rel, meta)? {
-                return Ok(());
-            }
         }
-        let staged = self.staged(n);
         if self.recovering && fs::symlink_metadata(&staged).is_err() {
             let mut buf = vec![0u8; 256 << 10];
             self.stage_one(n, want, &mut buf)?;
         }
-        let at = self.root.join(rel);
-        match rename_noreplace(&staged, &at) {
-            Ok(()) => {
-                self.applied.written += 1;
-                self.touched.insert(parent_of(&at));
-            }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                self.conflict(rel, "created while the rewind ran; left as it is")
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ENOENT)) => {
-                self.conflict(rel, "a directory above it is missing or was replaced")
-            }
-            Err(e) => return Err(WsError::io_at("install", &at, e)),
+        if self.replace(rel, was, now.as_ref(), &staged)? {
+            self.applied.written += 1;
         }
         Ok(())
+    }
+
+    /// Makes directory `rel`: a new one, or (`was` a file or link) one
+    /// made in the stage and exchanged with what is there.
+    fn make_dir(&mut self, n: usize, rel: &str, was: &Entry, mode: u32) -> Result<()> {
+        let now = self.lstat(rel)?;
+        if now.as_ref().is_some_and(|m| m.file_type().is_dir()) {
+            if *was != Entry::Absent && !self.recovering {
+                self.conflict(rel, "changed since the undo checkpoint; left as it is");
+            }
+            return Ok(());
+        }
+        // Made in the stage with its mode and renamed into place, so it
+        // appears as the checkpoint has it (a mode that keeps its owner
+        // from writing into it is set by the `DirMode` step, once filled).
+        let staged = self.staged(n);
+        let _ = fs::remove_dir(&staged);
+        let initial = if mode & 0o300 == 0o300 { mode } else { 0o700 };
+        fs::DirBuilder::new()
+            .mode_private()
+            .create(&staged)
+            .and_then(|()| fs::set_permissions(&staged, fs::Permissions::from_mode(initial)))
+            .map_err(|e| WsError::io_at("create directory", &staged, e))?;
+        if now.is_none() {
+            let at = self.root.join(rel);
+            return match rename_noreplace(&staged, &at) {
+                Ok(()) => {
+                    self.touched.insert(parent_of(&at));
+                    Ok(())
+                }
+                // Made meanwhile by someone else: a directory is a directory.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    let _ = fs::remove_dir(&staged);
+                    if !self.lstat(rel)?.is_some_and(|m| m.file_type().is_dir()) {
+                        self.conflict(rel, "something else is where a directory belongs");
+                    }
+                    Ok(())
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ENOENT)) => {
+                    let _ = fs::remove_dir(&staged);
+                    self.conflict(rel, "a directory above it is missing or was replaced");
+                    Ok(())
+                }
+                Err(e) => Err(WsError::io_at("create directory", &at, e)),
+            };
+        }
+        self.replace(rel, was, now.as_ref(), &staged)?;
+        Ok(())
+    }
+
+    /// Puts the staged entry at `rel` where the tree holds `now` (checked
+    /// against `was` first); `true` when it is in place.
+    fn replace(
+        &mut self,
+        rel: &str,
+        was: &Entry,
+        now: Option<&Metadata>,
+        staged: &Path,
+    ) -> Result<bool> {
+        let at = self.root.join(rel);
+        let Some(meta) = now else {
+            // Nothing there: a rename that never replaces (a path created
+            // meanwhile is someone else's).
+            return match rename_noreplace(staged, &at) {
+                Ok(()) => {
+                    self.touched.insert(parent_of(&at));
+                    Ok(true)
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    self.conflict(rel, "created while the rewind ran; left as it is");
+                    Ok(false)
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ENOENT)) => {
+                    self.conflict(rel, "a directory above it is missing or was replaced");
+                    Ok(false)
+                }
+                Err(e) => Err(WsError::io_at("install", &at, e)),
+            };
+        };
+        let expected = match was {
+            // An emptied directory is what the undo checkpoint recorded
+            // less what earlier steps removed.
+            Entry::Dir { .. } => meta.file_type().is_dir(),
+            Entry::Absent => false,
+            _ => self.holds(rel, meta, was)?,
+        };
+        if !expected {
+            self.conflict(rel, "changed since the undo checkpoint; left as it is");
+            return Ok(false);
+        }
+        rename_exchange(staged, &at).map_err(|e| WsError::io_at("install", &at, e))?;
+        self.touched.insert(parent_of(&at));
+        crate::fault::point("rewind.exchanged");
+        // What was at the path is now at `staged`: the one checked?
+        let old = fs::symlink_metadata(staged).map_err(|e| WsError::io_at("stat", staged, e))?;
+        let same =
+            old.ino() == meta.ino() && old.len() == meta.len() && mtime_ns(&old) == mtime_ns(meta);
+        let kept = if !same {
+            Err("written while the rewind replaced it; left as written")
+        } else if old.file_type().is_dir() {
+            // Still holding what the capture rules leave out, or
+            // something new: not ours to delete.
+            fs::remove_dir(staged).map_err(|_| "a directory with other contents is in the way")
+        } else {
+            self.asides.push(Aside {
+                path: staged.to_path_buf(),
+                rel: rel.to_string(),
+                ino: old.ino(),
+                size: old.len(),
+                mtime_ns: mtime_ns(&old),
+                ctime_ns: ctime_ns(&old),
+            });
+            Ok(())
+        };
+        if let Err(reason) = kept {
+            rename_exchange(staged, &at).map_err(|e| WsError::io_at("put back", &at, e))?;
+            self.conflict(rel, reason);
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     fn chmod_file(&mut self, rel: &str, was: &Entry, mode: u32) -> Result<()> {
@@ -426,29 +531,53 @@ impl<'a> Applier<'a> {
             }
         }
         if self.recovering {
+            // What the interrupted run left in the stage: a file moved
+            // aside (`old-<n>`), or what an exchange took out of the tree
+            // (`new-<n>`, else still the staged entry). Deleted when it is
+            // what the undo checkpoint or the target holds there; put back
+            // when someone wrote to it.
             for (n, step) in steps.iter().enumerate() {
-                let aside = self.aside_path(n);
-                let Ok(meta) = fs::symlink_metadata(&aside) else {
-                    continue;
-                };
-                let was = match step {
-                    Step::Remove { was, .. } | Step::Install { was, .. } => was,
+                let (left, known) = match step {
+                    Step::Remove { was, .. } => (self.aside_path(n), vec![was]),
+                    Step::Install { was, want, .. } => (self.staged(n), vec![was, want]),
+                    Step::MakeDir { was, .. } => (self.staged(n), vec![was]),
                     _ => continue,
                 };
-                if self.holds_at(&aside, &meta, was)? {
-                    remove_entry(&aside)?;
+                let Ok(meta) = fs::symlink_metadata(&left) else {
+                    continue;
+                };
+                if meta.file_type().is_dir() {
+                    // An emptied directory, or the one staged: never ours
+                    // when it holds anything.
+                    if fs::remove_dir(&left).is_err() {
+                        self.put_back(&left, step.path());
+                    }
+                    continue;
+                }
+                let mut ours = false;
+                for e in known {
+                    ours = ours || self.holds_at(&left, &meta, e)?;
+                }
+                if ours {
+                    remove_entry(&left)?;
                 } else {
-                    self.put_back(&aside, step.path());
+                    self.put_back(&left, step.path());
                 }
             }
         }
-        for dir in std::mem::take(&mut self.touched) {
-            // A directory removed since needs no flush.
-            if dir.is_dir() {
-                fsync_dir(&dir)?;
-            }
-        }
-        Ok(())
+        // In parallel, as the staged files were (a directory removed since
+        // needs no flush).
+        let dirs: Vec<PathBuf> = std::mem::take(&mut self.touched)
+            .into_iter()
+            .filter(|d| d.is_dir())
+            .collect();
+        for_each_in_dir_runs(
+            &dirs,
+            |d| d.to_str().unwrap_or_default(),
+            worker_threads(dirs.len()),
+            || (),
+            |(), d| fsync_dir(d),
+        )
     }
 
     /// [`Self::holds`] for a file outside the tree (one moved aside).

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::plan::Step;
-use super::RewindResult;
+use super::{RewindRequest, RewindResult};
 use crate::error::{Result, WsError};
 use crate::fsutil::{atomic_write, create_private_dir, fsync_dir, hex};
 use crate::layout::state;
@@ -57,14 +57,9 @@ pub(crate) struct KeyDigests {
 }
 
 impl KeyDigests {
-    /// The digests of key `key` for workspace `ws` with the given inputs.
-    pub(crate) fn of(
-        ws: &str,
-        key: &str,
-        target: &str,
-        scope: &[String],
-        message: Option<&str>,
-    ) -> KeyDigests {
+    /// The digests of key `key` for workspace `ws` with the inputs of
+    /// `req` (its paths as normalized: `scope`).
+    pub(crate) fn of(ws: &str, key: &str, req: &RewindRequest, scope: &[String]) -> KeyDigests {
         let digest = |parts: &[&str]| {
             let mut h = Sha256::new();
             for p in parts {
@@ -73,7 +68,17 @@ impl KeyDigests {
             }
             hex(&h.finalize())
         };
-        let mut inputs = vec!["stow-rewind-inputs", target, message.unwrap_or("\u{1}none")];
+        let sensitive = if req.include_sensitive {
+            "sensitive"
+        } else {
+            ""
+        };
+        let mut inputs = vec![
+            "stow-rewind-inputs",
+            req.to,
+            req.message.as_deref().unwrap_or("\u{1}none"),
+            sensitive,
+        ];
         inputs.extend(scope.iter().map(String::as_str));
         KeyDigests {
             request_digest: digest(&["stow-rewind-key", ws, key]),

@@ -35,15 +35,16 @@ use crate::capture::{capture_locked, CaptureOptions, CaptureSpec};
 use crate::diff::{Change, Kind, LinkChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, check_message, Origin};
+use crate::format::{load_summary, CheckpointManifest};
 use crate::fsutil::{create_private_dir, random_hex, FileLock};
 use crate::history;
 use crate::layout::{cache_path, state};
 use crate::monitor::TreeMonitor;
-use crate::paths::{check_checkpoint_id, check_workspace_id, is_sensitive};
-use crate::progress::Progress;
+use crate::paths::{check_checkpoint_id, check_workspace_id};
+use crate::progress::{PhaseClock, Progress};
 use crate::registry::{Record, Registry};
 use crate::statcache::StatCache;
-use crate::stored::load_manifest;
+use crate::stored::{load_manifest, tree_root};
 use apply::Applier;
 use journal::{Journal, KeyDigests};
 use plan::{check_scope, Domain};
@@ -58,6 +59,9 @@ pub struct RewindRequest<'a> {
     pub paths: Vec<String>,
     /// Only report the plan; change nothing.
     pub dry_run: bool,
+    /// Rewind sensitive-looking paths too (`.env`, keys; the checkpoint
+    /// must have been taken with them). Without it they are never touched.
+    pub include_sensitive: bool,
     /// The undo checkpoint's message (default "before rewind to CP").
     pub message: Option<String>,
     /// A caller's key: the same key with the same inputs answers the first
@@ -92,7 +96,7 @@ pub struct RewindResult {
     /// Files and links removed (emptied directories go too, uncounted,
     /// as `status` does not list directories).
     pub deleted: u64,
-    /// Files and links already as the checkpoint has them.
+    /// Files already as the checkpoint has them.
     pub unchanged: u64,
     /// Paths left alone because they changed after the undo capture.
     pub conflicts: Vec<Conflict>,
@@ -142,13 +146,13 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     if req.dry_run {
         return dry_run(registry, &rec, req.to, scope);
     }
+    let include_sensitive = req.include_sensitive;
+    let mut clock = PhaseClock::start("rewind");
     let _locks = lock(registry, ws)?;
     finish_locked(registry, &rec)?;
     // A rewind killed before its journal left at most a stage.
     remove_stages(&rec.dir);
-    let key = req
-        .request_key
-        .map(|k| KeyDigests::of(ws, k, req.to, &scope, req.message.as_deref()));
+    let key = req.request_key.map(|k| KeyDigests::of(ws, k, req, &scope));
     if let Some(key) = &key {
         if let Some(mut done) = journal::replay(registry, key)? {
             done.replayed = true;
@@ -156,16 +160,12 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         }
     }
     check_belongs(registry, req.to, ws)?;
-    let target = load_manifest(registry, req.to)?;
     if !rec.dir.is_dir() {
         return Err(WsError::NotFound(format!(
             "workspace directory {}",
             rec.dir.display()
         )));
     }
-    // The undo capture reads the tree as the target was read: with
-    // sensitive paths when the target holds some.
-    let include_sensitive = target.files.iter().any(|f| is_sensitive(&f.path));
     let head = history::head(registry, ws)?;
     let undo = capture_locked(
         registry,
@@ -189,38 +189,43 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         },
         None,
     )?;
+    clock.lap("undo capture");
     let undo_id = undo.checkpoint_id;
-    let was = load_manifest(registry, &undo_id)?;
+    let pair = compared(registry, &undo_id, req.to, scope.is_empty())?;
     let rules = crate::ignorefile::load(&rec.dir, rec.gitignore)?;
-    let plan = plan::build(
-        &was,
-        &target,
+    let mut plan = plan::build(
+        &pair.was,
+        &pair.want,
         &scope,
         &Domain {
             rules: rules.as_ref(),
             include_sensitive,
         },
     );
+    plan.unchanged += pair.unentered_files;
+    clock.lap("plan");
     let run = random_hex(8);
     let stage = stage_root(&rec).join(&run);
     create_private_dir(&stage_root(&rec))?;
     create_private_dir(&stage)?;
     let cache = StatCache::load(&cache_path(registry, ws));
     let applier = Applier::new(registry, &rec.dir, stage.clone(), cache, false);
+    clock.lap("stat cache");
     if let Err(e) = applier.stage_all(&plan.steps, req.progress) {
         let _ = std::fs::remove_dir_all(&stage);
         return Err(e);
     }
+    clock.lap("stage");
     let j = Journal {
         version: 1,
         workspace_id: ws.to_string(),
         run,
         target: req.to.to_string(),
-        undo: undo_id,
+        undo: undo_id.clone(),
         head: if scope.is_empty() {
             req.to.to_string()
         } else {
-            was.id.clone()
+            undo_id
         },
         scope,
         unchanged: plan.unchanged,
@@ -232,8 +237,11 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         let _ = std::fs::remove_dir_all(&stage);
         return Err(e);
     }
+    clock.lap("journal");
     crate::fault::point("rewind.journaled");
-    run_journal(registry, &rec.dir, &j, applier).map_err(|e| {
+    let done = run_journal(registry, &rec.dir, &j, applier);
+    clock.lap("apply");
+    done.map_err(|e| {
         // Past the journal the rewind is part way: whoever next takes the
         // workspace finishes it.
         WsError::OutcomeUnknown(format!(
@@ -284,6 +292,55 @@ fn run_journal(
     crate::fault::point("rewind.unstaged");
     journal::remove(registry, &j.workspace_id)?;
     Ok(result)
+}
+
+/// What a plan compares: the undo checkpoint's entries and the target's.
+struct Compared {
+    was: CheckpointManifest,
+    want: CheckpointManifest,
+    /// The target's files in directories not entered (the same in both).
+    unentered_files: u64,
+}
+
+/// The entries of checkpoints `undo` and `target` a plan needs. Two tree
+/// manifests compared whole are expanded only below directories whose
+/// nodes differ (an identical directory is listed, not entered): the cost
+/// follows the change. A flat manifest, or a rewind of some paths, loads
+/// both whole.
+fn compared(registry: &Registry, undo: &str, target: &str, whole: bool) -> Result<Compared> {
+    let roots = (tree_root(registry, undo)?, tree_root(registry, target)?);
+    let (Some(a), Some(b), true) = (roots.0, roots.1, whole) else {
+        return Ok(Compared {
+            was: load_manifest(registry, undo)?,
+            want: load_manifest(registry, target)?,
+            unentered_files: 0,
+        });
+    };
+    let (was, want) = crate::tree::expand_differing(registry, &a, &b)?;
+    let total = load_summary(registry, target)?.files;
+    let unentered_files = total.saturating_sub(want.files.len() as u64);
+    let manifest = |id: &str, e: crate::tree::Expanded| CheckpointManifest {
+        version: 1,
+        id: id.to_string(),
+        workspace_id: String::new(),
+        parent_id: None,
+        created: String::new(),
+        files: e.files,
+        excluded: Vec::new(),
+        primary_bucket: None,
+        buckets: Vec::new(),
+        objects: Vec::new(),
+        dirs: e.dirs,
+        links: e.links,
+        skipped: e.skipped,
+        ignored: None,
+        message: None,
+    };
+    Ok(Compared {
+        was: manifest(undo, was),
+        want: manifest(target, want),
+        unentered_files,
+    })
 }
 
 /// `<root>/.stow/rewind`: the stage directories of rewinds.
@@ -367,12 +424,12 @@ fn dry_run(
     let links: Vec<LinkChange> = s.links.into_iter().filter(|l| in_scope(&l.path)).collect();
     // Status compares checkpoint → tree: what the tree added, the rewind
     // deletes; everything else it writes.
-    let deleted = changes.iter().filter(|c| c.kind == "added").count()
-        + links.iter().filter(|l| l.kind == Kind::Added).count();
-    let written = changes.len() + links.len() - deleted;
+    let file_writes = changes.iter().filter(|c| c.kind != "added").count();
+    let deleted =
+        changes.len() - file_writes + links.iter().filter(|l| l.kind == Kind::Added).count();
+    let written = file_writes + links.iter().filter(|l| l.kind != Kind::Added).count();
     let target = load_manifest(registry, to)?;
-    let in_target = target.files.iter().filter(|f| in_scope(&f.path)).count()
-        + target.links.iter().filter(|l| in_scope(&l.path)).count();
+    let in_target = target.files.iter().filter(|f| in_scope(&f.path)).count();
     Ok(RewindResult {
         version: 1,
         workspace_id: rec.id.clone(),
@@ -383,7 +440,7 @@ fn dry_run(
         paths: scope,
         written: written as u64,
         deleted: deleted as u64,
-        unchanged: in_target.saturating_sub(written) as u64,
+        unchanged: in_target.saturating_sub(file_writes) as u64,
         conflicts: Vec::new(),
         skipped: Vec::new(),
         changes: Some(changes),

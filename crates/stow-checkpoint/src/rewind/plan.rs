@@ -37,12 +37,6 @@ pub(crate) enum Entry {
     },
 }
 
-impl Entry {
-    fn same_kind(&self, other: &Entry) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
-    }
-}
-
 /// One step of a rewind. `was` is what the undo checkpoint recorded at the
 /// path when the step runs (so a step that follows a removal expects
 /// nothing there).
@@ -55,10 +49,12 @@ pub(crate) enum Step {
     /// Remove a directory the checkpoint does not hold, once empty (what
     /// the capture rules left out stays, and the directory with it).
     RemoveDir { path: String },
-    /// Create a directory the checkpoint holds.
-    MakeDir { path: String },
+    /// Create a directory the checkpoint holds, where `was` is nothing, a
+    /// file or a link (exchanged in one step).
+    MakeDir { path: String, was: Entry, mode: u32 },
     /// Put a file or link in place (`want` is `File` or `Link`), replacing
-    /// `was` (`Absent`, or an entry of the same kind).
+    /// `was` in one step (nothing, a file, a link, or a directory that
+    /// earlier steps emptied).
     Install {
         path: String,
         was: Entry,
@@ -77,7 +73,7 @@ impl Step {
         match self {
             Step::Remove { path, .. }
             | Step::RemoveDir { path }
-            | Step::MakeDir { path }
+            | Step::MakeDir { path, .. }
             | Step::Install { path, .. }
             | Step::Chmod { path, .. }
             | Step::DirMode { path, .. } => path,
@@ -113,7 +109,7 @@ impl Domain<'_> {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Plan {
     pub steps: Vec<Step>,
-    /// Files and links the target holds that are already in place.
+    /// Files the target holds that are already in place.
     pub unchanged: u64,
     /// Target paths the capture rules leave out (ignored or sensitive):
     /// never written.
@@ -244,7 +240,7 @@ pub(crate) fn build(
         }
         match (&was, &want) {
             (a, b) if a == b => {
-                if !matches!(b, Entry::Dir { .. }) {
+                if matches!(b, Entry::File { .. }) {
                     plan.unchanged += 1;
                 }
             }
@@ -262,43 +258,35 @@ pub(crate) fn build(
                 was: was.clone(),
                 mode: *mode,
             }),
-            _ => {
-                // Whatever is there and is not of the wanted kind goes first.
-                let replace_in_place =
-                    was.same_kind(&want) && matches!(want, Entry::File { .. } | Entry::Link { .. });
-                let mut was_now = was.clone();
-                if !replace_in_place {
-                    match &was {
-                        Entry::File { .. } | Entry::Link { .. } => {
-                            removes.push(Step::Remove {
-                                path: path.clone(),
-                                was: was.clone(),
-                            });
-                            was_now = Entry::Absent;
-                        }
-                        Entry::Dir { .. } => {
-                            remove_dirs.push(Step::RemoveDir { path: path.clone() });
-                            was_now = Entry::Absent;
-                        }
-                        Entry::Absent => {}
-                    }
-                }
-                match &want {
-                    Entry::Absent => {}
-                    Entry::Dir { mode } => {
-                        make_dirs.push(Step::MakeDir { path: path.clone() });
-                        dir_modes.push(Step::DirMode {
-                            path: path.clone(),
-                            mode: *mode,
-                        });
-                    }
-                    Entry::File { .. } | Entry::Link { .. } => installs.push(Step::Install {
-                        path: path.clone(),
-                        was: was_now,
-                        want: want.clone(),
-                    }),
-                }
+            // Every other change is one step at the path: never a moment
+            // without an entry there (a directory being replaced is
+            // emptied first, by its children's own steps).
+            (Entry::File { .. } | Entry::Link { .. }, Entry::Absent) => {
+                removes.push(Step::Remove {
+                    path: path.clone(),
+                    was: was.clone(),
+                })
             }
+            (Entry::Dir { .. }, Entry::Absent) => {
+                remove_dirs.push(Step::RemoveDir { path: path.clone() })
+            }
+            (_, Entry::Dir { mode }) => {
+                make_dirs.push(Step::MakeDir {
+                    path: path.clone(),
+                    was: was.clone(),
+                    mode: *mode,
+                });
+                dir_modes.push(Step::DirMode {
+                    path: path.clone(),
+                    mode: *mode,
+                });
+            }
+            (_, Entry::File { .. } | Entry::Link { .. }) => installs.push(Step::Install {
+                path: path.clone(),
+                was: was.clone(),
+                want: want.clone(),
+            }),
+            (Entry::Absent, Entry::Absent) => {}
         }
     }
     let depth = |s: &Step| s.path().matches('/').count();
@@ -385,10 +373,7 @@ mod tests {
         let was = manifest(&[("a", "1", 0o644), ("keep", "k", 0o644)], &[], &[]);
         let want = manifest(&[("a/x", "2", 0o644), ("keep", "k", 0o644)], &[], &["a"]);
         let plan = build(&was, &want, &[], &ALL);
-        assert_eq!(
-            kinds(&plan),
-            ["remove a", "make_dir a", "install a/x", "dir_mode a"]
-        );
+        assert_eq!(kinds(&plan), ["make_dir a", "install a/x", "dir_mode a"]);
         assert_eq!(plan.unchanged, 1);
     }
 
@@ -399,18 +384,12 @@ mod tests {
         let plan = build(&was, &want, &[], &ALL);
         assert_eq!(
             kinds(&plan),
-            [
-                "remove d/e/f",
-                "remove d/l",
-                "remove_dir d/e",
-                "remove_dir d",
-                "install d"
-            ]
+            ["remove d/e/f", "remove d/l", "remove_dir d/e", "install d"]
         );
-        let Step::Install { was, .. } = &plan.steps[4] else {
+        let Step::Install { was, .. } = &plan.steps[3] else {
             panic!()
         };
-        assert_eq!(*was, Entry::Absent);
+        assert_eq!(*was, Entry::Dir { mode: 0o755 });
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct RewindCall {
     pub paths: Vec<String>,
     pub message: Option<String>,
     pub request_key: Option<String>,
+    #[serde(default)]
+    pub include_sensitive: bool,
 }
 
 impl RewindCall {
@@ -82,6 +84,7 @@ impl RewindCall {
             to: &self.to,
             paths: self.paths.clone(),
             dry_run: false,
+            include_sensitive: self.include_sensitive,
             message: self.message.clone(),
             request_key: self.request_key.as_deref(),
             progress,

@@ -137,6 +137,8 @@ impl WorkspaceCore {
             to: &a.checkpoint_id,
             paths: a.paths,
             dry_run: a.dry_run,
+            // MCP captures never hold sensitive paths: never touched.
+            include_sensitive: false,
             message: None,
             request_key: Some(&a.request_key),
             progress: None,
