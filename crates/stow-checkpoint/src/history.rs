@@ -403,6 +403,43 @@ mod tests {
     }
 
     #[test]
+    fn a_line_whose_checkpoint_was_never_published_moves_no_head() {
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = Registry::at(tmp.path(), None).unwrap();
+        registry.ensure().unwrap();
+        let ws = "ws_0000000000000001";
+        let published = summary("cp_000000000000000000000001", Some(Origin::Capture));
+        let dir = checkpoints_dir(&registry).join(&published.id);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join("summary.json"),
+            serde_json::to_vec(&published).unwrap(),
+        )
+        .unwrap();
+        record_published(&registry, &published).unwrap();
+        // A capture killed after its line, before its rename.
+        record_published(
+            &registry,
+            &summary("cp_000000000000000000000002", Some(Origin::Capture)),
+        )
+        .unwrap();
+        assert_eq!(
+            head(&registry, ws).unwrap().as_deref(),
+            Some(published.id.as_str())
+        );
+        assert_eq!(
+            read(&registry, ws).unwrap().head.as_deref(),
+            Some(published.id.as_str())
+        );
+        // Nor does a head line naming a checkpoint that is not there.
+        set_head(&registry, ws, "cp_000000000000000000000003").unwrap();
+        assert_eq!(
+            head(&registry, ws).unwrap().as_deref(),
+            Some(published.id.as_str())
+        );
+    }
+
+    #[test]
     fn torn_and_damaged_lines_are_skipped() {
         let mut text = Vec::new();
         encode_line(&Line::Head("cp_a".into()), &mut text).unwrap();
