@@ -131,7 +131,9 @@ impl Capture<'_> {
         self.clock.lap("tree");
         if let Some(same) = self.unchanged_since(&built) {
             staged.discard();
-            return Ok((same, Left::Nothing));
+            // Nothing committed: a monitor keeps its last commit's state
+            // and reads again what changed since (no full scan).
+            return Ok((same, Left::Changed(Box::new((BTreeSet::new(), None)))));
         }
         if let Some(hook) = self.opts.after_copy {
             hook();
@@ -158,8 +160,20 @@ impl Capture<'_> {
         if root != hex(&built.root) {
             return None;
         }
-        let m = crate::stored::load_manifest(self.registry, same).ok()?;
-        (m.workspace_id == self.rec.id).then(|| CheckpointResult::of(&m, 0))
+        // The summary says what a caller needs; the manifest (every
+        // file) is not read.
+        let s = crate::format::load_summary(self.registry, same).ok()?;
+        (s.workspace_id == self.rec.id).then(|| CheckpointResult {
+            version: 1,
+            checkpoint_id: s.id,
+            workspace_id: s.workspace_id,
+            parent_checkpoint_id: s.parent_id,
+            created: s.created,
+            files: s.files,
+            bytes: s.bytes,
+            message: s.message,
+            ..CheckpointResult::default()
+        })
     }
 
     /// The bucket's objects now (portable captures; compared again after

@@ -81,6 +81,24 @@ impl Step {
     }
 }
 
+/// Bytes of the files the steps check against the undo capture before
+/// replacing or removing them.
+pub(crate) fn bytes_to_check(steps: &[Step]) -> u64 {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Remove { was, .. }
+            | Step::Install { was, .. }
+            | Step::Chmod { was, .. }
+            | Step::MakeDir { was, .. } => match was {
+                Entry::File { size, .. } => *size,
+                _ => 0,
+            },
+            _ => 0,
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// Which paths a rewind may touch: the ones a capture of the tree reads.
 pub(crate) struct Domain<'a> {
     pub rules: Option<&'a Gitignore>,
