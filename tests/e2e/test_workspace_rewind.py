@@ -342,3 +342,17 @@ def test_sensitive_paths_are_rewound_only_when_asked(stow_bin, workdir, env):
     # The undo checkpoint held them: undo brings the new key back.
     ok(stow_bin, "rewind", "--to", r["undo_checkpoint_id"], "--include-sensitive", env=env, cwd=repo)
     assert (repo / ".env").read_text() == "TOKEN=two\n" and (repo / "id_rsa").read_text() == "new key\n"
+
+
+def test_workspace_check_finishes_an_interrupted_rewind(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    ws = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    at_cp = content(repo)
+    shell(AGENT_EDITS, repo)
+    rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": "rewind.step#4"}, cwd=repo)
+    assert rc == -9
+    r = ok(stow_bin, "check", env=env, cwd=workdir)
+    assert r["rewinds_finished"] == [ws] and r["damaged"] == []
+    assert content(repo) == at_cp
+    assert "rewinds_finished" not in ok(stow_bin, "check", env=env, cwd=workdir)

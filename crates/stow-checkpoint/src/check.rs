@@ -35,6 +35,21 @@ pub struct RegistryCheck {
     /// Payload bytes read (0 for a quick check).
     pub bytes_read: u64,
     pub damaged: Vec<Damage>,
+    /// Workspaces whose interrupted rewind the check finished first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rewinds_finished: Vec<String>,
+    /// Interrupted rewinds the check could not finish, with why (the
+    /// workspace is busy, or its tree cannot be written).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rewinds_unfinished: Vec<UnfinishedRewind>,
+}
+
+/// An interrupted rewind `check` could not finish.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnfinishedRewind {
+    pub workspace_id: String,
+    pub code: &'static str,
+    pub message: String,
 }
 
 /// Checks every published checkpoint of the partition, under the registry
@@ -48,9 +63,23 @@ pub fn check(registry: &Registry, quick: bool) -> Result<RegistryCheck> {
         payloads: 0,
         bytes_read: 0,
         damaged: Vec::new(),
+        rewinds_finished: Vec::new(),
+        rewinds_unfinished: Vec::new(),
     };
     if !registry.state_dir().is_dir() {
         return Ok(out);
+    }
+    // Interrupted rewinds first: their trees are then ones the
+    // checkpoints describe.
+    for (ws, finished) in crate::rewind::finish_all_pending(registry)? {
+        match finished {
+            Ok(()) => out.rewinds_finished.push(ws),
+            Err(e) => out.rewinds_unfinished.push(UnfinishedRewind {
+                workspace_id: ws,
+                code: e.code(),
+                message: e.to_string(),
+            }),
+        }
     }
     let _lock = registry.lock()?;
     // A payload shared by many checkpoints is read once.

@@ -78,7 +78,7 @@ mod validate;
 
 pub use blobs::{open_verified, stored_bytes, verify_blob, VerifiedBlob};
 pub use capture::{capture, CaptureOptions, CaptureSpec};
-pub use check::{check, Damage, RegistryCheck};
+pub use check::{check, Damage, RegistryCheck, UnfinishedRewind};
 pub use delete::{delete, DeleteResult};
 pub use diff::{
     diff, diff_files, diff_links, BucketChange, Change, DiffResult, Kind, LinkChange, ObjectChange,

@@ -136,6 +136,28 @@ pub(crate) fn exists(registry: &Registry, ws: &str) -> bool {
     journal_path(registry, ws).exists()
 }
 
+/// The workspaces with a rewind under way (or interrupted).
+pub(crate) fn pending(registry: &Registry) -> Result<Vec<String>> {
+    let d = dir(registry);
+    let rd = match std::fs::read_dir(&d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(WsError::io_at("read directory", &d, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| WsError::io_at("read directory", &d, e))?;
+        let name = entry.file_name();
+        if let Some(ws) = name.to_str().and_then(|n| n.strip_suffix(".json")) {
+            if crate::paths::check_workspace_id(ws).is_ok() {
+                out.push(ws.to_string());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Removes the journal durably.
 pub(crate) fn remove(registry: &Registry, ws: &str) -> Result<()> {
     let path = journal_path(registry, ws);

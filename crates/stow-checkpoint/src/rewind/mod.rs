@@ -405,6 +405,18 @@ pub fn finish_pending(registry: &Registry, ws: &str) -> Result<Option<RewindResu
     finish_locked(registry, &rec)
 }
 
+/// Finishes every interrupted rewind of the partition (`workspace
+/// check`): each workspace with a journal, and how finishing it went.
+pub fn finish_all_pending(registry: &Registry) -> Result<Vec<(String, Result<()>)>> {
+    Ok(journal::pending(registry)?
+        .into_iter()
+        .map(|ws| {
+            let done = finish_pending(registry, &ws).map(|_| ());
+            (ws, done)
+        })
+        .collect())
+}
+
 /// Forgets a removed workspace's rewind journal.
 pub(crate) fn forget(registry: &Registry, ws: &str) {
     journal::forget(registry, ws);
