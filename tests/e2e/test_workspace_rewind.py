@@ -356,3 +356,59 @@ def test_workspace_check_finishes_an_interrupted_rewind(stow_bin, workdir, env):
     assert r["rewinds_finished"] == [ws] and r["damaged"] == []
     assert content(repo) == at_cp
     assert "rewinds_finished" not in ok(stow_bin, "check", env=env, cwd=workdir)
+
+
+def test_a_portable_checkpoint_rewinds_the_bucket_view_too(stow_bin, workdir, env):
+    """Private objects (another bucket), buckets and a file's S3 properties
+    written through `workspace serve` are rewound with the files when the
+    checkpoint is portable; the undo brings the later ones back."""
+    from s3server import WorkspaceServer
+
+    repo = make_repo(workdir / "repo", env)
+    reg = workdir / "reg"
+    ws = ok(stow_bin, "attach", "--registry-dir", reg, env=env, cwd=repo)["workspace_id"]
+
+    def serve(fn):
+        server = WorkspaceServer(stow_bin, ws, reg, "--port", "0", env=env)
+        try:
+            return fn(server.client(), server.bucket)
+        finally:
+            assert server.stop() == 0
+
+    def first(s3, primary):
+        s3.create_bucket(Bucket="side")
+        s3.put_object(Bucket="side", Key="k1", Body=b"one", ContentType="text/x-one")
+        s3.put_object(Bucket=primary, Key="notes/a.txt", Body=b"note", ContentType="text/markdown",
+                      Metadata={"author": "agent"})
+
+    serve(first)
+    cp = ok(stow_bin, "checkpoint", "--portable", "--id", ws, "--registry-dir", reg, env=env)["checkpoint_id"]
+
+    def later(s3, primary):
+        s3.put_object(Bucket="side", Key="k1", Body=b"two")
+        s3.put_object(Bucket="side", Key="k2", Body=b"new")
+        s3.create_bucket(Bucket="extra")
+        s3.put_object(Bucket=primary, Key="notes/a.txt", Body=b"note", ContentType="text/plain")
+
+    serve(later)
+    r = ok(stow_bin, "rewind", "--to", cp, "--id", ws, "--registry-dir", reg, env=env)
+    assert r["conflicts"] == []
+
+    def at_cp(s3, primary):
+        one = s3.get_object(Bucket="side", Key="k1")
+        assert one["Body"].read() == b"one" and one["ContentType"] == "text/x-one"
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="side").get("Contents", [])] == ["k1"]
+        assert "extra" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        note = s3.head_object(Bucket=primary, Key="notes/a.txt")
+        assert note["ContentType"] == "text/markdown" and note["Metadata"] == {"author": "agent"}
+
+    serve(at_cp)
+    ok(stow_bin, "rewind", "--to", r["undo_checkpoint_id"], "--id", ws, "--registry-dir", reg, env=env)
+
+    def undone(s3, primary):
+        assert s3.get_object(Bucket="side", Key="k1")["Body"].read() == b"two"
+        assert s3.get_object(Bucket="side", Key="k2")["Body"].read() == b"new"
+        assert "extra" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        assert s3.head_object(Bucket=primary, Key="notes/a.txt")["ContentType"] == "text/plain"
+
+    serve(undone)

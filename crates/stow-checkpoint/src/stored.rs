@@ -53,12 +53,12 @@ struct StoredManifest {
     message: Option<String>,
 }
 
-/// The root tree node a checkpoint's manifest names (`None` for the flat
-/// layout).
-pub(crate) fn tree_root(registry: &Registry, id: &str) -> Result<Option<String>> {
+/// A checkpoint's manifest version (2: portable) and the root tree node
+/// it names (`None` for the flat layout), without expanding the tree.
+pub(crate) fn layout(registry: &Registry, id: &str) -> Result<(u32, Option<String>)> {
     check_checkpoint_id(id)?;
     let s: StoredManifest = load_json(&checkpoints_dir(registry).join(id).join("manifest.json"))?;
-    Ok(s.tree)
+    Ok((s.version, s.tree))
 }
 
 /// Loads a published checkpoint manifest (either layout).

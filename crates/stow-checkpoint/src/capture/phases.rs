@@ -156,7 +156,7 @@ impl Capture<'_> {
         if self.opts.spec.portable {
             return None;
         }
-        let root = crate::stored::tree_root(self.registry, same).ok()??;
+        let root = crate::stored::layout(self.registry, same).ok()?.1?;
         if root != hex(&built.root) {
             return None;
         }

@@ -45,6 +45,9 @@ pub(crate) struct Journal {
     /// The keyed request this rewind answers, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<KeyDigests>,
+    /// A portable target: the bucket view is rewound after the files.
+    #[serde(default)]
+    pub bucket: bool,
     pub steps: Vec<Step>,
 }
 

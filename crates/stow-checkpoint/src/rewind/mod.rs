@@ -24,6 +24,7 @@
 //! counting as done.
 
 mod apply;
+mod bucket;
 mod journal;
 mod plan;
 
@@ -44,7 +45,7 @@ use crate::paths::{check_checkpoint_id, check_workspace_id};
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::{Record, Registry};
 use crate::statcache::StatCache;
-use crate::stored::{load_manifest, tree_root};
+use crate::stored::load_manifest;
 use apply::Applier;
 use journal::{Journal, KeyDigests};
 use plan::{check_scope, Domain};
@@ -165,6 +166,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         }
     }
     check_belongs(registry, req.to, ws)?;
+    // A portable target holds the bucket view too: the undo capture then
+    // holds it as well (uncapped, like the tree), and the view is rewound.
+    let portable = manifest_version(registry, req.to)? == 2;
     if !rec.dir.is_dir() {
         return Err(WsError::NotFound(format!(
             "workspace directory {}",
@@ -179,6 +183,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         &CaptureOptions {
             spec: CaptureSpec {
                 include_sensitive,
+                portable,
+                max_bytes: if portable { u64::MAX } else { 0 },
+                max_files: if portable { u64::MAX } else { 0 },
                 message: Some(
                     req.message
                         .clone()
@@ -240,6 +247,7 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         unchanged: plan.unchanged,
         skipped: plan.skipped,
         key,
+        bucket: portable,
         steps: plan.steps,
     };
     if let Err(e) = journal::write(registry, &j) {
@@ -273,8 +281,12 @@ fn run_journal(
         crate::fault::point("rewind.step");
     }
     applier.finish(&j.steps)?;
+    let mut applied = applier.applied;
+    if j.bucket {
+        let rec = registry.get(&j.workspace_id)?;
+        bucket::rewind_bucket(registry, &rec, &j.undo, &j.target, &mut applied)?;
+    }
     history::set_head(registry, &j.workspace_id, &j.head)?;
-    let applied = applier.applied;
     let result = RewindResult {
         version: 1,
         workspace_id: j.workspace_id.clone(),
@@ -303,6 +315,11 @@ fn run_journal(
     Ok(result)
 }
 
+/// A published checkpoint's manifest version (2: portable).
+fn manifest_version(registry: &Registry, id: &str) -> Result<u32> {
+    Ok(crate::stored::layout(registry, id)?.0)
+}
+
 /// What a plan compares: the undo checkpoint's entries and the target's.
 struct Compared {
     was: CheckpointManifest,
@@ -317,7 +334,10 @@ struct Compared {
 /// follows the change. A flat manifest, or a rewind of some paths, loads
 /// both whole.
 fn compared(registry: &Registry, undo: &str, target: &str, whole: bool) -> Result<Compared> {
-    let roots = (tree_root(registry, undo)?, tree_root(registry, target)?);
+    let roots = (
+        crate::stored::layout(registry, undo)?.1,
+        crate::stored::layout(registry, target)?.1,
+    );
     let (Some(a), Some(b), true) = (roots.0, roots.1, whole) else {
         return Ok(Compared {
             was: load_manifest(registry, undo)?,
