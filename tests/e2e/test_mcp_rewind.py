@@ -175,3 +175,53 @@ def test_workspace_root_refusals(stow_bin, workdir, env):
     out, err = srv.communicate(json.dumps(init) + "\n", timeout=SUBPROCESS_TIMEOUT)
     assert srv.returncode == 0, err
     assert json.loads(out.splitlines()[0])["result"]["serverInfo"]["name"] == "stow-workspace"
+
+
+def readme_mcp_config(marker):
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(rf"<!-- mcp-config: {marker} -->\n```(\w+)\n(.*?)```", text, re.S)
+    assert m, f"README has no {marker} MCP configuration"
+    return m.group(2)
+
+
+def readme_launches(repo):
+    """(name, command, args) of each MCP registration the README shows."""
+    import shlex
+    import tomllib
+
+    line = readme_mcp_config("claude").strip()
+    words = shlex.split(line)
+    assert words[:4] == ["claude", "mcp", "add", "stow"] and words[4] == "--"
+    out = [("claude", words[5], words[6:])]
+    vscode = json.loads(readme_mcp_config("vscode"))["servers"]["stow"]
+    assert vscode["type"] == "stdio"
+    out.append(("vscode", vscode["command"], [a.replace("${workspaceFolder}", str(repo)) for a in vscode["args"]]))
+    codex = tomllib.loads(readme_mcp_config("codex"))["mcp_servers"]["stow"]
+    out.append(("codex", codex["command"], codex["args"]))
+    return out
+
+
+def test_the_readme_mcp_registrations_start_the_workspace_profile(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    ws_id = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
+    ok(stow_bin, "checkpoint", "--message", "registered", env=env, cwd=repo)
+    launches = readme_launches(repo)
+    assert [n for n, _, _ in launches] == ["claude", "vscode", "codex"]
+
+    async def go():
+        for name, command, args in launches:
+            assert command == "stow-s3", name
+            params = StdioServerParameters(
+                command=str(pathlib.Path(stow_bin).parent / command), args=args, cwd=str(repo),
+                env=server_env({k: env[k] for k in ("HOME", "XDG_CONFIG_HOME")}),
+            )
+            async with Client(stdio_client(params), read_timeout_seconds=CALL_TIMEOUT) as c:
+                s = WsSession(c)
+                names = [t.name for t in (await c.list_tools()).tools]
+                assert set(REWIND_TOOLS) <= set(names), (name, names)
+                log = await s.call("stow_checkpoint_list", {"workspace_id": ws_id})
+                assert log["entries"][0]["message"] == "registered", (name, log)
+
+    arun(go())

@@ -860,7 +860,7 @@ def test_export_then_adopt_in_another_registry(stow_bin, workdir, era):
         extra = ["--export-root", exp, "--adopt-root", adp]
         async with ws_session(stow_bin, r2, w2, era, extra) as s:
             tools = [t.name for t in (await s.client.list_tools()).tools]
-            assert tools == WORKSPACE_TOOLS + [EXPORT_TOOL, ADOPT_TOOL]
+            assert tools == WORKSPACE_TOOLS + [EXPORT_TOOL, ADOPT_TOOL] + REWIND_TOOLS
             before, before_exp = listing(adp), listing(exp)
             refusals = [("b1", bad) for bad in ("../x", ".hidden", "a/b")]
             refusals += [("b1", "taken"), ("missing-bundle", "d"), ("../b1", "d")]

@@ -201,20 +201,19 @@ pub fn capture(
     req: &CaptureRequest,
     progress: Option<&dyn Progress>,
 ) -> WatchReply {
-    let request = Request::Capture(req.clone());
-    match through_service(registry, &request, req.timeout_nanos) {
-        Delivery::Answered(reply) => *reply,
-        Delivery::Untaken => req.run(registry, None, progress),
-        Delivery::Lost if req.is_keyed() => req.run(registry, None, progress),
-        Delivery::Lost => WatchReply::Refused {
-            code: "outcome_unknown".into(),
-            message: format!(
+    deliver(
+        registry,
+        &Request::Capture(req.clone()),
+        req.timeout_nanos,
+        || req.run(registry, None, progress),
+        || {
+            format!(
                 "the watch serving workspace {} stopped during the capture; whether a \
                  checkpoint was published is unknown (list the checkpoints)",
                 req.workspace_id
-            ),
+            )
         },
-    }
+    )
 }
 
 /// Runs a rewind through the workspace's watch service when one answers
@@ -225,20 +224,40 @@ pub fn rewind(
     call: &RewindCall,
     progress: Option<&dyn Progress>,
 ) -> WatchReply {
-    let request = Request::Rewind(call.clone());
-    match through_service(registry, &request, 0) {
-        Delivery::Answered(reply) => *reply,
-        Delivery::Untaken => call.run(registry, None, progress),
-        // A key makes running it again safe: a finished rewind replays, an
-        // interrupted one is finished first.
-        Delivery::Lost if request.is_keyed() => call.run(registry, None, progress),
-        Delivery::Lost => WatchReply::Refused {
-            code: "outcome_unknown".into(),
-            message: format!(
+    deliver(
+        registry,
+        &Request::Rewind(call.clone()),
+        0,
+        || call.run(registry, None, progress),
+        || {
+            format!(
                 "the watch serving workspace {} stopped during the rewind; the next rewind, \
                  capture or status of the workspace finishes it",
                 call.workspace_id
-            ),
+            )
+        },
+    )
+}
+
+/// Sends `request` to its workspace's service and returns the answer. No
+/// service took it: it runs `here`, in this process. A service took it
+/// and gave no answer: a keyed request runs `here` too (its key makes a
+/// second run safe: a finished one replays, an interrupted rewind is
+/// finished first); a plain one is `outcome_unknown`, saying `lost`.
+fn deliver(
+    registry: &Registry,
+    request: &Request,
+    timeout_nanos: u64,
+    here: impl FnOnce() -> WatchReply,
+    lost: impl FnOnce() -> String,
+) -> WatchReply {
+    match through_service(registry, request, timeout_nanos) {
+        Delivery::Answered(reply) => *reply,
+        Delivery::Untaken => here(),
+        Delivery::Lost if request.is_keyed() => here(),
+        Delivery::Lost => WatchReply::Refused {
+            code: "outcome_unknown".into(),
+            message: lost(),
         },
     }
 }
