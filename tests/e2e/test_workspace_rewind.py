@@ -337,11 +337,13 @@ def test_sensitive_paths_are_rewound_only_when_asked(stow_bin, workdir, env):
     assert ".env" in r.get("skipped", [])
     (repo / "README.md").write_text("edited\n")
     r = ok(stow_bin, "rewind", "--to", cp, "--include-sensitive", env=env, cwd=repo)
-    assert (repo / ".env").read_text() == "TOKEN=one\n" and not (repo / "id_rsa").exists()
-    assert (repo / "README.md").read_text() == "# demo\n"
-    # The undo checkpoint held them: undo brings the new key back.
+    assert (repo / ".env").read_text() == "TOKEN=one\n" and (repo / "README.md").read_text() == "# demo\n"
+    # A sensitive path the checkpoint does not hold is never deleted (its
+    # capture may only have left it out).
+    assert (repo / "id_rsa").read_text() == "new key\n" and "id_rsa" in r["skipped"]
+    # The undo checkpoint held them: undo brings the later .env back.
     ok(stow_bin, "rewind", "--to", r["undo_checkpoint_id"], "--include-sensitive", env=env, cwd=repo)
-    assert (repo / ".env").read_text() == "TOKEN=two\n" and (repo / "id_rsa").read_text() == "new key\n"
+    assert (repo / ".env").read_text() == "TOKEN=two\n"
 
 
 def test_workspace_check_finishes_an_interrupted_rewind(stow_bin, workdir, env):
@@ -412,3 +414,53 @@ def test_a_portable_checkpoint_rewinds_the_bucket_view_too(stow_bin, workdir, en
         assert s3.head_object(Bucket=primary, Key="notes/a.txt")["ContentType"] == "text/plain"
 
     serve(undone)
+
+
+def test_paths_the_target_ignored_are_not_deleted_when_the_rules_changed(stow_bin, workdir, env):
+    """found by review: with .gitignore removed after the checkpoint, the
+    undo capture holds what was ignored; the target lacks it because it was
+    ignored then, so the rewind must leave it (and restore .gitignore)."""
+    repo = make_repo(workdir / "repo", env)
+    (repo / "build.log").write_text("log\n")
+    (repo / ".gitignore").write_text("target/\nnode_modules/\nbuild.log\n")
+    (repo / ".stowignore").write_text("scratch/\n")
+    (repo / "scratch").mkdir()
+    (repo / "scratch" / "cache").write_text("cache\n")
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    (repo / ".gitignore").unlink()
+    (repo / ".stowignore").unlink()
+    (repo / "README.md").write_text("edited\n")
+    r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    assert (repo / "README.md").read_text() == "# demo\n"
+    assert (repo / ".gitignore").exists() and (repo / ".stowignore").exists()
+    for kept in ["build.log", "node_modules/pkg/index.js", "target/debug/app.bin", "scratch/cache"]:
+        assert (repo / kept).exists(), kept
+    assert {"build.log", "scratch/cache"} <= set(r["skipped"]), r["skipped"]
+
+
+def test_a_path_that_cannot_be_changed_is_a_conflict_not_a_stuck_workspace(stow_bin, workdir, env):
+    """found by review: a failure at one path (here an immutable file)
+    ends as that path's conflict; the journal finishes, and the next
+    commands work."""
+    import shutil as _sh
+
+    if _sh.which("chattr") is None:
+        pytest.skip("chattr is not installed (e2fsprogs)")
+    repo = make_repo(workdir / "repo", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    (repo / "README.md").write_text("edited\n")
+    (repo / "notes.txt").write_text("locked\n")
+    if subprocess.run(["chattr", "+i", str(repo / "notes.txt")], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem has no immutable attribute")
+    try:
+        rc, doc, err = run(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+        assert rc == 1 and "workspace_changed" in err, (doc, err)
+        assert [c["path"] for c in doc["conflicts"]] == ["notes.txt"]
+        assert "could not be changed" in doc["conflicts"][0]["reason"]
+        assert (repo / "README.md").read_text() == "# demo\n"
+        st = ok(stow_bin, "status", env=env, cwd=repo)
+        assert [c["path"] for c in st["changes"]] == ["notes.txt"]
+    finally:
+        subprocess.run(["chattr", "-i", str(repo / "notes.txt")], check=False)

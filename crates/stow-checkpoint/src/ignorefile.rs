@@ -53,6 +53,38 @@ pub(crate) fn load(root: &Path, gitignore: bool) -> Result<Option<Gitignore>> {
         .map_err(|e| WsError::InvalidRequest(format!("{}: {e}", path.display())))
 }
 
+/// The rules a capture applied whose root `.gitignore` and `.stowignore`
+/// held `git` and `stow` (a checkpoint's own copies), with the
+/// repository's exclude file as it is now (`gitignore`: attached
+/// workspaces); `None` when there are none. Lines that do not parse are
+/// skipped: these rules only keep paths, never refuse.
+pub(crate) fn from_contents(
+    root: &Path,
+    gitignore: bool,
+    git: Option<&[u8]>,
+    stow: Option<&[u8]>,
+) -> Result<Option<Gitignore>> {
+    let mut b = GitignoreBuilder::new(root);
+    let mut any = false;
+    let exclude = root.join(".git").join("info").join("exclude");
+    if gitignore && regular_file(&exclude)? {
+        let _partial_errors = b.add(&exclude);
+        any = true;
+    }
+    for text in [git, stow].into_iter().flatten() {
+        for line in String::from_utf8_lossy(text).lines() {
+            let _ = b.add_line(None, line);
+        }
+        any = true;
+    }
+    if !any {
+        return Ok(None);
+    }
+    b.build()
+        .map(Some)
+        .map_err(|e| WsError::InvalidRequest(format!("ignore rules of a checkpoint: {e}")))
+}
+
 /// Whether `path` is a regular file (`false` when absent); a `.stowignore`
 /// that is something else is refused.
 fn regular_file(path: &Path) -> Result<bool> {

@@ -292,8 +292,16 @@ impl<'a> Applier<'a> {
         Ok(true)
     }
 
-    /// Runs step `n`.
-    pub(crate) fn run(&mut self, n: usize, step: &Step) -> Result<()> {
+    /// Runs step `n`. A failure at its path (permissions, a mount point,
+    /// an immutable file) is that path's conflict, not the rewind's end:
+    /// the journal must always be finishable.
+    pub(crate) fn run(&mut self, n: usize, step: &Step) {
+        if let Err(e) = self.run_step(n, step) {
+            self.conflict(step.path(), format!("could not be changed: {e}"));
+        }
+    }
+
+    fn run_step(&mut self, n: usize, step: &Step) -> Result<()> {
         let rel = step.path();
         if !self.parents_are_dirs(rel) {
             self.conflict(rel, "a directory above it is missing or was replaced");

@@ -215,6 +215,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         },
     );
     plan.unchanged += pair.unentered_files;
+    if let Some(rules) = target_rules(registry, &rec, &pair.want)? {
+        plan::keep_target_ignored(&mut plan, &rules);
+    }
     clock.lap("plan");
     let run = random_hex(8);
     let stage = stage_root(&rec).join(&run);
@@ -277,7 +280,7 @@ fn run_journal(
     mut applier: Applier,
 ) -> Result<RewindResult> {
     for (n, step) in j.steps.iter().enumerate() {
-        applier.run(n, step)?;
+        applier.run(n, step);
         crate::fault::point("rewind.step");
     }
     applier.finish(&j.steps)?;
@@ -313,6 +316,31 @@ fn run_journal(
     crate::fault::point("rewind.unstaged");
     journal::remove(registry, &j.workspace_id)?;
     Ok(result)
+}
+
+/// The ignore rules the target was captured under: its own root
+/// `.stowignore` and (attached workspaces) `.gitignore`, with the
+/// repository's exclude file as it is now.
+fn target_rules(
+    registry: &Registry,
+    rec: &Record,
+    want: &CheckpointManifest,
+) -> Result<Option<ignore::gitignore::Gitignore>> {
+    use crate::ignorefile::{GIT_IGNORE_FILE, IGNORE_FILE};
+    let file = |name: &str| -> Result<Option<Vec<u8>>> {
+        want.files
+            .iter()
+            .find(|f| f.path == name)
+            .map(|f| crate::blobs::read_blob(registry, f))
+            .transpose()
+    };
+    let git = if rec.gitignore {
+        file(GIT_IGNORE_FILE)?
+    } else {
+        None
+    };
+    let stow = file(IGNORE_FILE)?;
+    crate::ignorefile::from_contents(&rec.dir, rec.gitignore, git.as_deref(), stow.as_deref())
 }
 
 /// A published checkpoint's manifest version (2: portable).

@@ -113,14 +113,34 @@ impl Domain<'_> {
         if is_reserved_path(path) || (!self.include_sensitive && is_sensitive(path)) {
             return false;
         }
-        let Some(rules) = self.rules else {
-            return true;
-        };
-        let ancestor_ignored = path
-            .match_indices('/')
-            .any(|(i, _)| is_ignored(rules, &path[..i], true));
-        !ancestor_ignored && !is_ignored(rules, path, is_dir)
+        self.rules
+            .is_none_or(|r| !ignored_with_ancestors(r, path, is_dir))
     }
+}
+
+/// Whether `rules` keep `path` out, or any directory above it.
+pub(crate) fn ignored_with_ancestors(rules: &Gitignore, path: &str, is_dir: bool) -> bool {
+    ancestors_of(path).any(|a| is_ignored(rules, a, true)) || is_ignored(rules, path, is_dir)
+}
+
+/// Drops the removals of paths the target's own ignore rules kept out of
+/// it: the target did not hold them because they were ignored then, not
+/// because they were absent (the rules changed since), so they stay.
+pub(crate) fn keep_target_ignored(plan: &mut Plan, target_rules: &Gitignore) {
+    let mut kept: Vec<String> = Vec::new();
+    plan.steps.retain(|s| {
+        let (path, is_dir) = match s {
+            Step::Remove { path, .. } => (path, false),
+            Step::RemoveDir { path } => (path, true),
+            _ => return true,
+        };
+        if ignored_with_ancestors(target_rules, path, is_dir) {
+            kept.push(path.clone());
+            return false;
+        }
+        true
+    });
+    plan.skipped.extend(kept);
 }
 
 /// The steps, and what the plan leaves alone.
@@ -189,12 +209,22 @@ pub(crate) fn check_scope(paths: &[String]) -> Result<Vec<String>> {
         })?;
         out.insert(p.to_string());
     }
-    let all: Vec<String> = out.iter().cloned().collect();
-    Ok(all
-        .iter()
-        .filter(|p| !all.iter().any(|q| q != *p && under(p, q)))
-        .cloned()
-        .collect())
+    // Sorted, so a path's ancestors are kept before it is looked at.
+    let mut kept: Vec<String> = Vec::new();
+    let mut set: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for p in out {
+        if !ancestors_of(&p).any(|a| set.contains(a)) {
+            set.insert(p.clone());
+            kept.push(p);
+        }
+    }
+    Ok(kept)
+}
+
+/// The directories above a slash path, outermost first ("a", "a/b" for
+/// "a/b/c").
+fn ancestors_of(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/').map(move |(i, _)| &path[..i])
 }
 
 /// Whether `path` is `scope` or lies inside it.
@@ -216,10 +246,17 @@ pub(crate) fn build(
 ) -> Plan {
     let before = entries(was);
     let after = entries(want);
-    let in_scope = |p: &str| scope.is_empty() || scope.iter().any(|s| under(p, s));
+    // Lookups by set, ancestor by ancestor: the cost is the tree's paths
+    // times their depth, whatever the number of scoped paths.
+    let scoped: std::collections::HashSet<&str> = scope.iter().map(String::as_str).collect();
+    let above_scope: std::collections::HashSet<&str> =
+        scope.iter().flat_map(|s| ancestors_of(s)).collect();
+    let in_scope = |p: &str| {
+        scope.is_empty() || scoped.contains(p) || ancestors_of(p).any(|a| scoped.contains(a))
+    };
     // An ancestor of a scoped path must exist as a directory for the path
     // to be written: it joins the scope for creation only.
-    let is_ancestor_of_scope = |p: &str| scope.iter().any(|s| s.len() > p.len() && under(s, p));
+    let is_ancestor_of_scope = |p: &str| above_scope.contains(p);
     let mut plan = Plan::default();
     let mut skipped_dirs: Vec<&str> = Vec::new();
     let paths: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
@@ -279,6 +316,12 @@ pub(crate) fn build(
             // Every other change is one step at the path: never a moment
             // without an entry there (a directory being replaced is
             // emptied first, by its children's own steps).
+            // A sensitive path the target does not hold may be one its
+            // capture only left out: never deleted, even with
+            // `--include-sensitive` (which writes the target's own).
+            (Entry::File { .. } | Entry::Link { .. }, Entry::Absent) if is_sensitive(path) => {
+                plan.skipped.push(path.clone())
+            }
             (Entry::File { .. } | Entry::Link { .. }, Entry::Absent) => {
                 removes.push(Step::Remove {
                     path: path.clone(),
