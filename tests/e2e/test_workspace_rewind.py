@@ -464,3 +464,41 @@ def test_a_path_that_cannot_be_changed_is_a_conflict_not_a_stuck_workspace(stow_
         assert [c["path"] for c in st["changes"]] == ["notes.txt"]
     finally:
         subprocess.run(["chattr", "-i", str(repo / "notes.txt")], check=False)
+
+
+def test_a_directory_swapped_for_a_link_mid_rewind_is_never_written_through(stow_bin, workdir, env):
+    """found by review: the steps below a directory that is replaced by a
+    symlink while the rewind runs stop (conflicts); nothing lands outside."""
+    repo = workdir / "repo"
+    (repo / "d0").mkdir(parents=True)
+    for i in range(60):
+        (repo / "d0" / f"f{i:03}").write_text(f"file {i}\n")
+    outside = workdir / "outside"
+    outside.mkdir()
+    ok(stow_bin, "attach", "--root", repo, env=env)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    for p in (repo / "d0").iterdir():
+        p.unlink()
+    proc = subprocess.Popen(
+        [stow_bin, "workspace", "rewind", "--to", cp], cwd=repo,
+        env={**env, "STOW_TEST_FAULT": "rewind.step#5@25"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list((repo / "d0").iterdir())) < 5:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    os.rename(repo / "d0", workdir / "d0.moved")
+    os.symlink(outside, repo / "d0")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "workspace_changed" in err, (out, err)
+    doc = json.loads(out)
+    assert len(doc["conflicts"]) >= 40 and all(c["path"].startswith("d0/") for c in doc["conflicts"])
+    assert list(outside.iterdir()) == []
+
+
+def test_a_request_key_is_bounded(stow_bin, workdir, env):
+    repo = make_repo(workdir / "repo", env)
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    refused(stow_bin, "rewind", "--to", cp, "--request-key", "", code="invalid_request", env=env, cwd=repo)
+    refused(stow_bin, "rewind", "--to", cp, "--request-key", "k" * 257, code="invalid_request", env=env, cwd=repo)

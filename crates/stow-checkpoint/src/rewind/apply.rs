@@ -12,7 +12,7 @@
 //! deleted at the end, once checked a last time: a writer that still had
 //! it open and wrote to it gets its file back, and a conflict.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, Metadata};
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -74,7 +74,6 @@ pub(crate) struct Applier<'a> {
     /// is done, and staged files are made again when missing.
     recovering: bool,
     asides: Vec<Aside>,
-    parents_ok: HashSet<String>,
     touched: BTreeSet<PathBuf>,
     pub(crate) applied: Applied,
 }
@@ -107,7 +106,6 @@ impl<'a> Applier<'a> {
                 .collect(),
             recovering,
             asides: Vec::new(),
-            parents_ok: HashSet::new(),
             touched: BTreeSet::new(),
             applied: Applied::default(),
         }
@@ -190,21 +188,13 @@ impl<'a> Applier<'a> {
     }
 
     /// Whether every directory above `rel` is a directory (not a link) in
-    /// the tree now: a step never acts through a link.
-    fn parents_are_dirs(&mut self, rel: &str) -> bool {
-        for (i, _) in rel.match_indices('/') {
-            let dir = &rel[..i];
-            if self.parents_ok.contains(dir) {
-                continue;
-            }
-            match fs::symlink_metadata(self.root.join(dir)) {
-                Ok(m) if m.file_type().is_dir() => {
-                    self.parents_ok.insert(dir.to_string());
-                }
-                _ => return false,
-            }
-        }
-        true
+    /// the tree now: a step never acts through a link. Looked at for every
+    /// step, never remembered: a directory swapped for a link during the
+    /// rewind stops the steps below it (a stat per level and step).
+    fn parents_are_dirs(&self, rel: &str) -> bool {
+        rel.match_indices('/').all(|(i, _)| {
+            fs::symlink_metadata(self.root.join(&rel[..i])).is_ok_and(|m| m.file_type().is_dir())
+        })
     }
 
     /// Whether the entry at `rel` (stat `meta`) is what `e` describes.
@@ -326,7 +316,6 @@ impl<'a> Applier<'a> {
                 // out (or something new), or gone already, is left as it is.
                 if fs::remove_dir(&at).is_ok() {
                     self.touched.insert(parent_of(&at));
-                    self.parents_ok.remove(rel);
                 }
             }
             Step::MakeDir { was, mode, .. } => self.make_dir(n, rel, was, *mode)?,

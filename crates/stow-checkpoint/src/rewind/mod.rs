@@ -55,6 +55,9 @@ use plan::{check_scope, Domain};
 /// 100,000 files), so a small rewind of a large tree skips it.
 const CHECK_BY_HASH_BYTES: u64 = 16 << 20;
 
+/// Longest request key of a rewind.
+pub const MAX_REQUEST_KEY_BYTES: usize = 256;
+
 /// One rewind, as every caller states it.
 #[derive(Default)]
 pub struct RewindRequest<'a> {
@@ -148,6 +151,13 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         check_message(m)?;
     }
     let scope = check_scope(&req.paths)?;
+    if let Some(k) = req.request_key {
+        if k.is_empty() || k.len() > MAX_REQUEST_KEY_BYTES {
+            return Err(WsError::InvalidRequest(format!(
+                "a request key is 1 to {MAX_REQUEST_KEY_BYTES} bytes"
+            )));
+        }
+    }
     let rec = registry.get(ws)?;
     if req.dry_run {
         return dry_run(registry, &rec, req.to, scope);

@@ -10,8 +10,6 @@ use stow_checkpoint::{self as checkpoint, LinkChange, WsError};
 use super::envelope::{ErrorView, RewindView, WsEnvelope};
 use super::tools::{change_entry, WorkspaceCore};
 
-/// Longest request key accepted.
-const MAX_REQUEST_KEY: usize = 256;
 /// Most `paths` of one rewind.
 const MAX_PATHS: usize = 1000;
 
@@ -114,14 +112,6 @@ impl WorkspaceCore {
     pub fn rewind(&self, a: RewindArgs) -> WsEnvelope {
         if !self.in_scope(&a.workspace_id) {
             return Self::out_of_scope("not_committed", &format!("workspace {}", a.workspace_id));
-        }
-        if a.request_key.is_empty() || a.request_key.len() > MAX_REQUEST_KEY {
-            return WsEnvelope::refused(
-                "not_committed",
-                "invalid_request",
-                "validate",
-                format!("request_key must be 1 to {MAX_REQUEST_KEY} bytes"),
-            );
         }
         if a.paths.len() > MAX_PATHS {
             return WsEnvelope::refused(
