@@ -502,3 +502,22 @@ def test_a_request_key_is_bounded(stow_bin, workdir, env):
     cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
     refused(stow_bin, "rewind", "--to", cp, "--request-key", "", code="invalid_request", env=env, cwd=repo)
     refused(stow_bin, "rewind", "--to", cp, "--request-key", "k" * 257, code="invalid_request", env=env, cwd=repo)
+
+
+def test_a_dry_run_counts_what_the_rewind_then_does(stow_bin, workdir, env):
+    """found by review: a file that became a link (and a link that became a
+    file) is replaced in one step: the plan's counts are the rewind's."""
+    repo = make_repo(workdir / "repo", env)
+    os.symlink("README.md", repo / "was-link")
+    ok(stow_bin, "attach", env=env, cwd=repo)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    os.remove(repo / "notes.txt")
+    os.symlink("README.md", repo / "notes.txt")
+    os.remove(repo / "was-link")
+    (repo / "was-link").write_text("now a file\n")
+    (repo / "extra.txt").write_text("extra\n")
+    (repo / "docs" / "guide.md").write_text("edited\n")
+    plan = ok(stow_bin, "rewind", "--to", cp, "--dry-run", env=env, cwd=repo)
+    r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    assert (plan["written"], plan["deleted"]) == (r["written"], r["deleted"]) == (3, 1), (plan, r)
+    assert plan["unchanged"] == r["unchanged"]

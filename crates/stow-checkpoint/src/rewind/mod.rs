@@ -504,8 +504,29 @@ fn dry_run(
     // Status compares checkpoint → tree: what the tree added, the rewind
     // deletes; everything else it writes.
     let file_writes = changes.iter().filter(|c| c.kind != "added").count();
-    let deleted =
-        changes.len() - file_writes + links.iter().filter(|l| l.kind == Kind::Added).count();
+    // A path the tree holds as a file where the checkpoint has a link (or
+    // the other way round) is replaced in one step, not deleted.
+    let gone = |kind: Kind| -> std::collections::HashSet<&str> {
+        links
+            .iter()
+            .filter(|l| l.kind == kind)
+            .map(|l| l.path.as_str())
+            .collect()
+    };
+    let links_deleted = gone(Kind::Deleted);
+    let files_deleted: std::collections::HashSet<&str> = changes
+        .iter()
+        .filter(|c| c.kind == "deleted")
+        .map(|c| c.path.as_str())
+        .collect();
+    let deleted = changes
+        .iter()
+        .filter(|c| c.kind == "added" && !links_deleted.contains(c.path.as_str()))
+        .count()
+        + links
+            .iter()
+            .filter(|l| l.kind == Kind::Added && !files_deleted.contains(l.path.as_str()))
+            .count();
     let written = file_writes + links.iter().filter(|l| l.kind != Kind::Added).count();
     let target = load_manifest(registry, to)?;
     let in_target = target.files.iter().filter(|f| in_scope(&f.path)).count();
