@@ -11,13 +11,13 @@ use crate::registry::Registry;
 use crate::stored::load_manifest;
 
 /// One difference between two checkpoints.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Change {
     pub path: String,
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<FileEntry>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<FileEntry>,
 }
 
@@ -136,10 +136,10 @@ fn diff_files_by(
     let mut out = Vec::new();
     for p in paths {
         let (kind, from, to) = match (am.get(p), bm.get(p)) {
-            (None, Some(t)) => ("added", None, Some((*t).clone())),
-            (Some(f), None) => ("deleted", Some((*f).clone()), None),
+            (None, Some(t)) => (Kind::Added, None, Some((*t).clone())),
+            (Some(f), None) => (Kind::Deleted, Some((*f).clone()), None),
             (Some(f), Some(t)) if !same(f, t) => {
-                ("changed", Some((*f).clone()), Some((*t).clone()))
+                (Kind::Changed, Some((*f).clone()), Some((*t).clone()))
             }
             _ => continue,
         };

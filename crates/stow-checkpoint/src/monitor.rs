@@ -55,6 +55,26 @@ impl TreeMonitor {
     pub(super) fn keep(&self, state: Kept) {
         *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
     }
+
+    /// Takes the kept state if its options pass `fits`; otherwise it
+    /// stays for the captures it was kept for.
+    pub(super) fn take_if(&self, fits: impl FnOnce(&CaptureKey) -> bool) -> Option<Kept> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.as_ref().is_some_and(|k| fits(&k.key)) {
+            kept.take()
+        } else {
+            None
+        }
+    }
+
+    /// Keeps `state` unless something newer was kept meanwhile (a capture
+    /// that ran while a status held the state read the tree after it).
+    pub(super) fn keep_if_empty(&self, state: Kept) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none() {
+            *kept = Some(state);
+        }
+    }
 }
 
 /// The capture options a kept scan depends on.

@@ -5,8 +5,19 @@
 //! The tree is read by the rules a capture reads it by (`.stowignore`,
 //! sensitive paths left out unless the checkpoint holds some, `.git` and
 //! `.stow` never), and only files whose stat differs from the stat cache
-//! are read and hashed, so the cost is a stat per file plus the changed
-//! bytes.
+//! are read and hashed.
+//!
+//! The cost follows the change, not the tree, past the reading itself:
+//! the tree read is built into tree nodes in memory (a capture's nodes,
+//! never stored), and only directories whose node differs from the
+//! checkpoint's are expanded and compared (as a rewind plans). With a
+//! long-lived process's [`TreeMonitor`] (a running `workspace watch` or
+//! `serve`, the MCP server) even the reading follows the change: the
+//! monitor's kept scan is brought up to date from its watch's events and
+//! the nodes of unchanged directories are the last capture's.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -17,14 +28,18 @@ use crate::format::{check_belongs, FileEntry};
 use crate::fsutil::{hash_file, hex};
 use crate::history;
 use crate::layout::cache_path;
+use crate::monitor::{CaptureKey, ChangedDirs, Kept, TreeMonitor};
 use crate::paths::{check_checkpoint_id, is_sensitive};
-use crate::registry::Registry;
-use crate::scan::scan;
-use crate::statcache::StatCache;
-use crate::stored::load_manifest;
+use crate::progress::PhaseClock;
+use crate::registry::{Record, Registry};
+use crate::scan::{parent_dir, scan, Scan, Scanned};
+use crate::statcache::{unhex32, FileStamp, StatCache};
+use crate::stored::{layout, load_manifest};
+use crate::tree::{build, expand_differing_in, Expanded};
+use crate::watch::TreeWatch;
 
 /// The live tree against a checkpoint.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StatusResult {
     pub version: u32,
     pub workspace_id: String,
@@ -46,6 +61,18 @@ pub struct StatusResult {
 /// Compares the tree of workspace `ws` with checkpoint `against` (one of
 /// the workspace's own), or with its head.
 pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<StatusResult> {
+    status_monitored(registry, ws, against, None)
+}
+
+/// [`status`] in a long-lived process that keeps `monitor` over the
+/// workspace: the tree is read from the monitor's kept scan when it has
+/// one, and a scan made here is left in it for the next status or capture.
+pub fn status_monitored(
+    registry: &Registry,
+    ws: &str,
+    against: Option<&str>,
+    monitor: Option<&TreeMonitor>,
+) -> Result<StatusResult> {
     let rec = registry.get(ws)?;
     // An interrupted rewind is finished first: the tree is then one the
     // history knows.
@@ -62,7 +89,6 @@ pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<St
             ))
         })?,
     };
-    let m = load_manifest(registry, &checkpoint_id)?;
     if !rec.dir.is_dir() {
         return Err(WsError::NotFound(format!(
             "workspace directory {}",
@@ -70,42 +96,316 @@ pub fn status(registry: &Registry, ws: &str, against: Option<&str>) -> Result<St
         )));
     }
     let rules = crate::ignorefile::load(&rec.dir, rec.gitignore)?;
-    // A checkpoint taken with the sensitive-path opt-in is compared with
-    // the tree read the same way.
+    let clock = std::cell::RefCell::new(PhaseClock::start("status"));
+    let (_, tree) = layout(registry, &checkpoint_id)?;
+    let (was, now) = match tree {
+        Some(root) => {
+            let root = unhex32(&root).ok_or_else(|| {
+                WsError::Corrupt(format!("checkpoint {checkpoint_id}: bad tree root"))
+            })?;
+            let reader = Reader {
+                registry,
+                rec: &rec,
+                rules: rules.as_ref(),
+                root,
+                clock: &clock,
+            };
+            let compared = match monitor {
+                Some(m) => reader.monitored(m)?,
+                None => reader.scanned(false, None)?,
+            };
+            // The checkpoint holds sensitive paths (the tree read without
+            // them lacks them, so their directories were expanded): the
+            // tree is read again with them, as its capture read it.
+            if holds_sensitive(&compared.0) {
+                reader.scanned(true, None)?
+            } else {
+                compared
+            }
+        }
+        None => flat(registry, &rec, &checkpoint_id, rules.as_ref())?,
+    };
+    crate::fault::point("status.compared");
+    let result = result(ws, checkpoint_id, &was, &now);
+    clock.borrow_mut().lap("diff");
+    Ok(result)
+}
+
+/// The status of the flat manifest layout (older checkpoints): the whole
+/// manifest against the whole tree.
+fn flat(
+    registry: &Registry,
+    rec: &Record,
+    checkpoint_id: &str,
+    rules: Option<&ignore::gitignore::Gitignore>,
+) -> Result<(Expanded, Expanded)> {
+    let m = load_manifest(registry, checkpoint_id)?;
     let include_sensitive = m.files.iter().any(|f| is_sensitive(&f.path));
-    let tree = scan(&rec.dir, include_sensitive, rules.as_ref(), None)?;
-    let cache = StatCache::load(&cache_path(registry, ws));
-    let digests = cached_digests(&cache, &tree.files);
-    let mut live = Vec::with_capacity(tree.files.len());
-    for (f, cached) in tree.files.iter().zip(digests) {
-        let sha256 = match cached {
-            Some(d) => hex(&d),
-            None => hash_file(&rec.dir.join(&*f.path))?.ok_or_else(|| {
-                WsError::WorkspaceChanged(format!("{} was removed or replaced while read", f.path))
-            })?,
-        };
-        live.push(FileEntry {
+    let tree = scan(&rec.dir, include_sensitive, rules, None)?;
+    let cache = StatCache::load(&cache_path(registry, &rec.id));
+    let all: Vec<&Scanned> = tree.files.iter().collect();
+    let digests = digests(&rec.dir, &all, cached_digests(&cache, all.iter().copied()))?;
+    let files = tree
+        .files
+        .iter()
+        .zip(digests)
+        .map(|(f, sha)| FileEntry {
             path: f.path.to_string(),
             size: f.size,
             mode: f.mode,
-            sha256,
+            sha256: hex(&sha),
             content_type: None,
             metadata: Default::default(),
-        });
+        })
+        .collect();
+    let was = Expanded {
+        files: m.files,
+        links: m.links,
+        ..Expanded::default()
+    };
+    let now = Expanded {
+        files,
+        links: tree.links,
+        ..Expanded::default()
+    };
+    Ok((was, now))
+}
+
+/// Reads the tree of one workspace and compares it with a checkpoint's
+/// tree (root node `root`).
+struct Reader<'a> {
+    registry: &'a Registry,
+    rec: &'a Record,
+    rules: Option<&'a ignore::gitignore::Gitignore>,
+    root: [u8; 32],
+    clock: &'a std::cell::RefCell<PhaseClock>,
+}
+
+impl Reader<'_> {
+    /// A whole scan (watched from before each directory is read when
+    /// `watch` is given), every node built here.
+    fn scanned(
+        &self,
+        include_sensitive: bool,
+        watch: Option<&TreeWatch>,
+    ) -> Result<(Expanded, Expanded)> {
+        let (scan, cache) = self.scan_and_cache(include_sensitive, watch)?;
+        self.compare(&scan, &cache, &|_| None)
     }
-    let changes = diff_files(&m.files, &live);
-    let links = diff_links(&m.links, &tree.links);
-    let count = |k: &str| changes.iter().filter(|c| c.kind == k).count() as u64;
-    let (added, changed, deleted) = (count("added"), count("changed"), count("deleted"));
-    Ok(StatusResult {
+
+    /// A whole scan, and the stat cache read meanwhile.
+    fn scan_and_cache(
+        &self,
+        include_sensitive: bool,
+        watch: Option<&TreeWatch>,
+    ) -> Result<(Scan, StatCache)> {
+        let cache_file = cache_path(self.registry, &self.rec.id);
+        let (scan, cache) = std::thread::scope(|s| {
+            let cache = s.spawn(|| StatCache::load(&cache_file));
+            let scan = scan(&self.rec.dir, include_sensitive, self.rules, watch);
+            (scan, cache.join().unwrap_or_default())
+        });
+        self.lap("scan");
+        Ok((scan?, cache))
+    }
+
+    /// Through `monitor`: its kept scan brought up to date, or (nothing
+    /// kept for a plain read) a watched scan made here and left in it.
+    fn monitored(&self, monitor: &TreeMonitor) -> Result<(Expanded, Expanded)> {
+        let cache_file = cache_path(self.registry, &self.rec.id);
+        let Some(kept) = monitor.take_if(|k| !k.include_sensitive && !k.no_ignore) else {
+            return self.watched_scan(monitor, &cache_file);
+        };
+        let key = kept.key;
+        let Some(r) = kept.refresh(&self.rec.dir, self.rules, &cache_file) else {
+            return self.watched_scan(monitor, &cache_file);
+        };
+        self.lap("refresh");
+        let loaded;
+        let cache = match &r.cache {
+            Some((c, _)) => c,
+            None => {
+                loaded = StatCache::load(&cache_file);
+                &loaded
+            }
+        };
+        let dirs = ChangedDirs::new(&r.changed);
+        let reuse = |dir: &str| {
+            r.nodes
+                .get(dir)
+                .copied()
+                .filter(|_| dirs.node_unchanged(dir))
+        };
+        let compared = self.compare(&r.scan, cache, &reuse);
+        // The kept nodes stay the last capture's: the changes found here
+        // are kept pending, so the next capture builds those again.
+        monitor.keep_if_empty(Kept {
+            key,
+            watch: r.watch,
+            scan: r.scan,
+            pending: r.changed,
+            cache: r.cache,
+            nodes: r.nodes,
+            props: r.props,
+            unwritten: r.unwritten,
+        });
+        compared
+    }
+
+    /// A plain watched scan, left in `monitor` (with no nodes: the next
+    /// capture builds them all, as after any whole scan).
+    fn watched_scan(
+        &self,
+        monitor: &TreeMonitor,
+        cache_file: &Path,
+    ) -> Result<(Expanded, Expanded)> {
+        let Some(watch) = TreeWatch::new() else {
+            return self.scanned(false, None);
+        };
+        let stamp = FileStamp::of(cache_file);
+        let (scan, cache) = self.scan_and_cache(false, Some(&watch))?;
+        let compared = self.compare(&scan, &cache, &|_| None)?;
+        monitor.keep_if_empty(Kept {
+            key: CaptureKey {
+                include_sensitive: false,
+                no_ignore: false,
+                portable: false,
+            },
+            watch,
+            scan,
+            pending: BTreeSet::new(),
+            cache: stamp.map(|s| (cache, s)),
+            nodes: HashMap::new(),
+            props: HashMap::new(),
+            unwritten: 0,
+        });
+        Ok(compared)
+    }
+
+    /// Builds the nodes of `scan` (reusing those `reuse` names) and
+    /// expands them against the checkpoint's where they differ.
+    fn compare(
+        &self,
+        scan: &Scan,
+        cache: &StatCache,
+        reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
+    ) -> Result<(Expanded, Expanded)> {
+        // Only the files of directories whose node is built here need
+        // their digests (a reused node already names its files').
+        let rebuilt: HashSet<&str> = std::iter::once("")
+            .chain(scan.dirs.iter().map(|d| d.path.as_str()))
+            .filter(|d| reuse(d).is_none())
+            .collect();
+        let (wanted, files): (Vec<usize>, Vec<&Scanned>) = scan
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| rebuilt.contains(parent_dir(&f.path)))
+            .unzip();
+        let found = digests(
+            &self.rec.dir,
+            &files,
+            cached_digests(cache, files.iter().copied()),
+        )?;
+        let mut all = vec![[0u8; 32]; scan.files.len()];
+        for (i, sha) in wanted.into_iter().zip(found) {
+            all[i] = sha;
+        }
+        self.lap("digests");
+        let built = build(scan, &all, None, reuse)?;
+        self.lap("nodes");
+        let in_memory: HashMap<[u8; 32], &[u8]> = built
+            .nodes
+            .iter()
+            .map(|(sha, bytes)| (*sha, bytes.as_slice()))
+            .collect();
+        let expanded = expand_differing_in(self.registry, &in_memory, self.root, built.root);
+        self.lap("expand");
+        expanded
+    }
+
+    fn lap(&self, phase: &str) {
+        self.clock.borrow_mut().lap(phase);
+    }
+}
+
+/// Whether an expanded checkpoint side names a sensitive path.
+fn holds_sensitive(was: &Expanded) -> bool {
+    was.files.iter().any(|f| is_sensitive(&f.path))
+        || was.links.iter().any(|l| is_sensitive(&l.path))
+        || was
+            .dirs
+            .iter()
+            .any(|d| is_sensitive(&format!("{}/", d.path)))
+}
+
+/// Files hashed by one worker: (index, SHA-256).
+type Hashed = Vec<(usize, [u8; 32])>;
+
+/// Every file's SHA-256: the cached ones, and the rest read now (on a few
+/// threads when there are many).
+fn digests(
+    root: &Path,
+    files: &[&Scanned],
+    cached: Vec<Option<[u8; 32]>>,
+) -> Result<Vec<[u8; 32]>> {
+    let missing: Vec<usize> = (0..files.len()).filter(|&i| cached[i].is_none()).collect();
+    let threads = crate::parallel::worker_threads(missing.len() / 64 + 1);
+    let chunk = missing.len().div_ceil(threads).max(1);
+    let hashed: Vec<Result<Hashed>> = std::thread::scope(|s| {
+        let workers: Vec<_> = missing
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|&i| Ok((i, hash_now(root, &files[i].path)?)))
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(WsError::InvalidRequest("status worker panicked".into()))
+                })
+            })
+            .collect()
+    });
+    let mut out: Vec<[u8; 32]> = cached.into_iter().map(Option::unwrap_or_default).collect();
+    for part in hashed {
+        for (i, sha) in part? {
+            out[i] = sha;
+        }
+    }
+    Ok(out)
+}
+
+/// The SHA-256 of the file at `path` (relative to `root`) now.
+fn hash_now(root: &Path, path: &str) -> Result<[u8; 32]> {
+    let changed =
+        || WsError::WorkspaceChanged(format!("{path} was removed or replaced while read"));
+    let hexed = hash_file(&root.join(path))?.ok_or_else(changed)?;
+    unhex32(&hexed).ok_or_else(changed)
+}
+
+/// The result from the two sides' entries (each sorted by path).
+fn result(ws: &str, checkpoint_id: String, was: &Expanded, now: &Expanded) -> StatusResult {
+    let changes = diff_files(&was.files, &now.files);
+    let links = diff_links(&was.links, &now.links);
+    let count = |k: Kind| {
+        (changes.iter().filter(|c| c.kind == k).count()
+            + links.iter().filter(|l| l.kind == k).count()) as u64
+    };
+    StatusResult {
         version: 1,
         workspace_id: ws.to_string(),
         checkpoint_id,
         clean: changes.is_empty() && links.is_empty(),
-        added: added + links.iter().filter(|l| l.kind == Kind::Added).count() as u64,
-        changed: changed + links.iter().filter(|l| l.kind == Kind::Changed).count() as u64,
-        deleted: deleted + links.iter().filter(|l| l.kind == Kind::Deleted).count() as u64,
+        added: count(Kind::Added),
+        changed: count(Kind::Changed),
+        deleted: count(Kind::Deleted),
         changes,
         links,
-    })
+    }
 }

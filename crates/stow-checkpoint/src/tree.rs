@@ -336,8 +336,20 @@ pub(crate) fn expand_differing(
     b: &str,
 ) -> Result<(Expanded, Expanded)> {
     let sha = |h: &str| unhex32(h).ok_or_else(|| corrupt(h, "not a SHA-256"));
+    expand_differing_in(registry, &HashMap::new(), sha(a)?, sha(b)?)
+}
+
+/// [`expand_differing`] of root nodes `a` and `b`, where the nodes in
+/// `in_memory` (built and never stored: a status's live tree) are read
+/// from there and every other node from the blob store.
+pub(crate) fn expand_differing_in(
+    registry: &Registry,
+    in_memory: &HashMap<[u8; 32], &[u8]>,
+    a: [u8; 32],
+    b: [u8; 32],
+) -> Result<(Expanded, Expanded)> {
     let (mut left, mut right) = (Expanded::default(), Expanded::default());
-    let mut stack: Vec<(String, NodePair)> = vec![(String::new(), (Some(sha(a)?), Some(sha(b)?)))];
+    let mut stack: Vec<(String, NodePair)> = vec![(String::new(), (Some(a), Some(b)))];
     while let Some((prefix, (a, b))) = stack.pop() {
         if a.is_some() && a == b {
             continue;
@@ -349,7 +361,13 @@ pub(crate) fn expand_differing(
                 format!("{prefix}/{name}")
             }
         };
-        let read = |s: Option<[u8; 32]>| s.map(|s| read_node(registry, &s)).transpose();
+        let read = |s: Option<[u8; 32]>| {
+            s.map(|s| match in_memory.get(&s) {
+                Some(bytes) => decode_node(bytes).ok_or_else(|| corrupt(&hex(&s), "malformed")),
+                None => read_node(registry, &s),
+            })
+            .transpose()
+        };
         let (na, nb) = (read(a)?, read(b)?);
         for (node, out) in [(&na, &mut left), (&nb, &mut right)] {
             let Some(node) = node else { continue };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use stow_checkpoint::progress::Progress;
-use stow_checkpoint::watch_service::{self, RewindCall, WatchReply};
+use stow_checkpoint::watch_service::{self, RewindCall, StatusCall, WatchReply};
 
 use crate::progress::TerminalBar;
 use crate::workspace::{json, RegistryArgs};
@@ -152,11 +152,17 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
             registry,
         } => {
             let (id, registry) = registry.workspace(id)?;
-            json(stow_checkpoint::status::status(
-                &registry,
-                &id,
-                against.as_deref(),
-            )?)
+            let call = StatusCall {
+                workspace_id: id,
+                against,
+            };
+            match watch_service::status(&registry, &call) {
+                WatchReply::Status { result } => json(result),
+                WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+                WatchReply::Captured { .. }
+                | WatchReply::Keyed { .. }
+                | WatchReply::Rewound { .. } => Err(crate::workspace::mismatched_reply()),
+            }
         }
         A::Rewind {
             to,
@@ -201,9 +207,9 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                     WatchReply::Refused { code, message } => {
                         return Err(CliError::new(code, message))
                     }
-                    WatchReply::Captured { .. } | WatchReply::Keyed { .. } => {
-                        return Err(crate::workspace::mismatched_reply())
-                    }
+                    WatchReply::Captured { .. }
+                    | WatchReply::Keyed { .. }
+                    | WatchReply::Status { .. } => return Err(crate::workspace::mismatched_reply()),
                 }
             };
             match result.error() {

@@ -414,7 +414,7 @@ fn captured(reply: WatchReply) -> Result<serde_json::Value, CliError> {
             }),
         },
         WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
-        WatchReply::Rewound { .. } => Err(mismatched_reply()),
+        WatchReply::Rewound { .. } | WatchReply::Status { .. } => Err(mismatched_reply()),
     }
 }
 

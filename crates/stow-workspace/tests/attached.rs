@@ -6,7 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use proptest::prelude::*;
-use stow_checkpoint::{self as checkpoint, history, status::status, CaptureOptions, CaptureSpec};
+use stow_checkpoint::status::{status, status_monitored};
+use stow_checkpoint::{self as checkpoint, history, CaptureOptions, CaptureSpec, TreeMonitor};
 use stow_workspace::attach::{attach, detach, AttachOptions};
 use stow_workspace::Registry;
 
@@ -42,11 +43,16 @@ fn attached() -> Attached {
 }
 
 fn capture(a: &Attached, message: &str) -> String {
+    capture_with(a, message, None)
+}
+
+fn capture_with(a: &Attached, message: &str, monitor: Option<&TreeMonitor>) -> String {
     let opts = CaptureOptions {
         spec: CaptureSpec {
             message: Some(message.into()),
             ..Default::default()
         },
+        monitor,
         ..Default::default()
     };
     checkpoint::capture(&a.reg, &a.id, &opts)
@@ -111,6 +117,12 @@ enum Edit {
     Remove(u8),
     Chmod(u8),
     Link(u8),
+    /// `rm -r src/deep`.
+    RemoveDeep,
+    /// A new directory with a file in it.
+    NewDir(u8),
+    /// A sensitive file (plain captures leave it out).
+    Sensitive(u8),
     Capture,
 }
 
@@ -120,6 +132,9 @@ fn edit() -> impl Strategy<Value = Edit> {
         (0u8..6).prop_map(Edit::Remove),
         (0u8..6).prop_map(Edit::Chmod),
         (0u8..6).prop_map(Edit::Link),
+        Just(Edit::RemoveDeep),
+        (0u8..3).prop_map(Edit::NewDir),
+        any::<u8>().prop_map(Edit::Sensitive),
         Just(Edit::Capture),
     ]
 }
@@ -137,6 +152,7 @@ fn apply(root: &Path, e: &Edit) {
     match e {
         Edit::Write(f, b) => {
             let p = name(root, *f);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
             let _ = fs::remove_file(&p);
             fs::write(&p, vec![*b; 1 + *b as usize]).unwrap();
         }
@@ -154,40 +170,60 @@ fn apply(root: &Path, e: &Edit) {
         }
         Edit::Link(f) => {
             let p = name(root, *f);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
             let _ = fs::remove_file(&p);
             std::os::unix::fs::symlink("../elsewhere", &p).unwrap();
+        }
+        Edit::RemoveDeep => {
+            let _ = fs::remove_dir_all(root.join("src/deep"));
+        }
+        Edit::NewDir(d) => {
+            let dir = root.join(format!("src/new{d}/inner"));
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("x.txt"), format!("new {d}")).unwrap();
+        }
+        Edit::Sensitive(b) => {
+            fs::write(root.join("src/.env"), vec![*b; 3]).unwrap();
         }
         Edit::Capture => {}
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// `status` always reports what `diff` reports between the head and a
-    /// capture taken at that moment.
+    /// capture taken at that moment, and a status through a monitor (kept
+    /// by the captures and by the statuses themselves) the same.
     #[test]
     fn status_equals_diff_of_the_head_against_a_fresh_capture(
-        edits in proptest::collection::vec(edit(), 1..12)
+        edits in proptest::collection::vec(edit(), 1..12),
+        monitored_captures in any::<bool>(),
     ) {
         let a = attached();
-        capture(&a, "start");
+        let monitor = TreeMonitor::new();
+        let via = monitored_captures.then_some(&monitor);
+        capture_with(&a, "start", via);
         for (step, e) in edits.iter().enumerate() {
             apply(&a.root, e);
             if matches!(e, Edit::Capture) {
-                capture(&a, &format!("step {step}"));
+                capture_with(&a, &format!("step {step}"), via);
                 continue;
             }
             let head = history::head(&a.reg, &a.id).unwrap().unwrap();
             let st = status(&a.reg, &a.id, None).unwrap();
             prop_assert_eq!(&st.checkpoint_id, &head);
-            let now = capture(&a, &format!("probe {step}"));
+            let watched = status_monitored(&a.reg, &a.id, None, Some(&monitor)).unwrap();
+            prop_assert_eq!(&watched.changes, &st.changes, "step {}: {:?} (monitored)", step, e);
+            prop_assert_eq!(&watched.links, &st.links);
+            let now = capture_with(&a, &format!("probe {step}"), via);
             let d = checkpoint::diff(&a.reg, &head, &now).unwrap();
             prop_assert_eq!(&st.changes, &d.changes, "step {}: {:?}", step, e);
             prop_assert_eq!(&st.links, &d.links.unwrap_or_default());
             prop_assert_eq!(st.clean, st.changes.is_empty() && st.links.is_empty());
             // The probe moved the head: status against it is clean.
             prop_assert!(status(&a.reg, &a.id, None).unwrap().clean);
+            prop_assert!(status_monitored(&a.reg, &a.id, None, Some(&monitor)).unwrap().clean);
         }
     }
 }

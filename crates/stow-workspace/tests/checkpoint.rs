@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec, Kind};
 use stow_workspace::restore::{restore, RestoreLimits};
 use stow_workspace::{admin, Registry};
 
@@ -46,7 +46,7 @@ fn capture_diff_restore_linear() {
     assert_eq!(d.changes.len(), 1);
     assert_eq!(
         (d.changes[0].path.as_str(), d.changes[0].kind),
-        ("notes.txt", "added")
+        ("notes.txt", Kind::Added)
     );
 
     // Mode change and deletion.
@@ -54,14 +54,17 @@ fn capture_diff_restore_linear() {
     fs::remove_file(root.join("nested/second.txt")).unwrap();
     let c3 = cap(&w);
     let d = checkpoint::diff(&w.reg, &c2.checkpoint_id, &c3.checkpoint_id).unwrap();
-    let kinds: Vec<(&str, &str)> = d
+    let kinds: Vec<(&str, Kind)> = d
         .changes
         .iter()
         .map(|c| (c.path.as_str(), c.kind))
         .collect();
     assert_eq!(
         kinds,
-        vec![("nested/second.txt", "deleted"), ("seed.txt", "changed")]
+        vec![
+            ("nested/second.txt", Kind::Deleted),
+            ("seed.txt", Kind::Changed)
+        ]
     );
 
     // Restore reproduces bytes and modes as a new owned workspace.

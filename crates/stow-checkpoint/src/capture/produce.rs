@@ -16,10 +16,13 @@ use crate::statcache::{unhex32, CacheEntry, StatCache};
 
 /// Cached digests for a sorted scan: both lists are in path order, so one
 /// merge pass matches them without building a map.
-pub(crate) fn cached_digests(cache: &StatCache, files: &[Scanned]) -> Vec<Option<[u8; 32]>> {
+pub(crate) fn cached_digests<'a>(
+    cache: &StatCache,
+    files: impl IntoIterator<Item = &'a Scanned>,
+) -> Vec<Option<[u8; 32]>> {
     let mut entries = cache.entries.iter().peekable();
     files
-        .iter()
+        .into_iter()
         .map(|f| {
             // A cache this process made shares the scan's names: equal
             // pointers spare comparing the strings.

@@ -503,7 +503,7 @@ fn dry_run(
     let links: Vec<LinkChange> = s.links.into_iter().filter(|l| in_scope(&l.path)).collect();
     // Status compares checkpoint → tree: what the tree added, the rewind
     // deletes; everything else it writes.
-    let file_writes = changes.iter().filter(|c| c.kind != "added").count();
+    let file_writes = changes.iter().filter(|c| c.kind != Kind::Added).count();
     // A path the tree holds as a file where the checkpoint has a link (or
     // the other way round) is replaced in one step, not deleted.
     let gone = |kind: Kind| -> std::collections::HashSet<&str> {
@@ -516,12 +516,12 @@ fn dry_run(
     let links_deleted = gone(Kind::Deleted);
     let files_deleted: std::collections::HashSet<&str> = changes
         .iter()
-        .filter(|c| c.kind == "deleted")
+        .filter(|c| c.kind == Kind::Deleted)
         .map(|c| c.path.as_str())
         .collect();
     let deleted = changes
         .iter()
-        .filter(|c| c.kind == "added" && !links_deleted.contains(c.path.as_str()))
+        .filter(|c| c.kind == Kind::Added && !links_deleted.contains(c.path.as_str()))
         .count()
         + links
             .iter()

@@ -32,13 +32,14 @@ use crate::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::rewind::{RewindRequest, RewindResult};
+use crate::status::{status_monitored, StatusResult};
 use crate::{CaptureOptions, CaptureSpec, CheckpointResult, TreeMonitor};
 
 pub use service::WatchService;
 
 /// The wire version of requests and replies (2: requests are tagged
-/// captures or rewinds).
-const PROTOCOL_VERSION: u32 = 2;
+/// captures or rewinds; 3: and statuses).
+const PROTOCOL_VERSION: u32 = 3;
 
 /// A request line is refused past this size.
 const MAX_REQUEST_BYTES: u64 = 64 << 10;
@@ -99,12 +100,39 @@ impl RewindCall {
     }
 }
 
+/// One status, as `workspace status` states it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusCall {
+    pub workspace_id: String,
+    /// The checkpoint compared with (`None`: the head).
+    pub against: Option<String>,
+}
+
+impl StatusCall {
+    /// Runs the status in this process, with `monitor` when a long-lived
+    /// process keeps one for the workspace.
+    pub fn run(&self, registry: &Registry, monitor: Option<&TreeMonitor>) -> WatchReply {
+        match status_monitored(
+            registry,
+            &self.workspace_id,
+            self.against.as_deref(),
+            monitor,
+        ) {
+            Ok(result) => WatchReply::Status {
+                result: Box::new(result),
+            },
+            Err(e) => WatchReply::refused(&e),
+        }
+    }
+}
+
 /// What a watch service is asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Request {
     Capture(CaptureRequest),
     Rewind(RewindCall),
+    Status(StatusCall),
 }
 
 impl Request {
@@ -112,15 +140,17 @@ impl Request {
         match self {
             Request::Capture(c) => &c.workspace_id,
             Request::Rewind(r) => &r.workspace_id,
+            Request::Status(s) => &s.workspace_id,
         }
     }
 
-    /// Whether the request is keyed: safe to run again in process when a
-    /// service took it and gave no answer.
-    fn is_keyed(&self) -> bool {
+    /// Whether the request is safe to run again in process when a service
+    /// took it and gave no answer: keyed, or changing nothing.
+    fn is_repeatable(&self) -> bool {
         match self {
             Request::Capture(c) => c.is_keyed(),
             Request::Rewind(r) => r.request_key.is_some(),
+            Request::Status(_) => true,
         }
     }
 }
@@ -140,6 +170,8 @@ pub enum WatchReply {
     },
     /// A rewind's result (it may list conflicts).
     Rewound { result: Box<RewindResult> },
+    /// A status's result.
+    Status { result: Box<StatusResult> },
     /// A plain capture or a rewind refused (or failed) with this code.
     Refused { code: String, message: String },
 }
@@ -241,9 +273,9 @@ pub fn rewind(
 
 /// Sends `request` to its workspace's service and returns the answer. No
 /// service took it: it runs `here`, in this process. A service took it
-/// and gave no answer: a keyed request runs `here` too (its key makes a
-/// second run safe: a finished one replays, an interrupted rewind is
-/// finished first); a plain one is `outcome_unknown`, saying `lost`.
+/// and gave no answer: a keyed request or a status runs `here` too (a key
+/// makes a second run safe: a finished one replays, an interrupted rewind
+/// is finished first); a plain one is `outcome_unknown`, saying `lost`.
 fn deliver(
     registry: &Registry,
     request: &Request,
@@ -254,7 +286,7 @@ fn deliver(
     match through_service(registry, request, timeout_nanos) {
         Delivery::Answered(reply) => *reply,
         Delivery::Untaken => here(),
-        Delivery::Lost if request.is_keyed() => here(),
+        Delivery::Lost if request.is_repeatable() => here(),
         Delivery::Lost => WatchReply::Refused {
             code: "outcome_unknown".into(),
             message: lost(),
@@ -269,6 +301,19 @@ enum Delivery {
     Untaken,
     /// The service took the request and gave no answer.
     Lost,
+}
+
+/// Runs a status through the workspace's watch service when one answers
+/// (it then reads only what changed since its last look), else in this
+/// process.
+pub fn status(registry: &Registry, call: &StatusCall) -> WatchReply {
+    deliver(
+        registry,
+        &Request::Status(call.clone()),
+        0,
+        || call.run(registry, None),
+        String::new,
+    )
 }
 
 /// Sends `req` to its workspace's service; a keyed capture waits at most

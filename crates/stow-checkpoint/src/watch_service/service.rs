@@ -195,6 +195,7 @@ fn serve_one(shared: &Shared, stream: UnixStream) {
         Ok(env) => match env.request {
             Request::Capture(c) => c.run(&shared.registry, Some(&shared.monitor), None),
             Request::Rewind(r) => r.run(&shared.registry, Some(&shared.monitor), None),
+            Request::Status(c) => c.run(&shared.registry, Some(&shared.monitor)),
         },
         Err(e) => refused(format!("unreadable watch request: {e}")),
     };

@@ -52,7 +52,14 @@ impl WorkspaceCore {
         }
         let registry = &self.settings().registry;
         let against = a.checkpoint_id.as_deref().filter(|c| !c.is_empty());
-        let s = match checkpoint::status::status(registry, &a.workspace_id, against) {
+        // The monitor the captures use: a status reads only what changed.
+        let monitor = self.monitor_for(&a.workspace_id);
+        let s = match checkpoint::status::status_monitored(
+            registry,
+            &a.workspace_id,
+            against,
+            Some(&monitor),
+        ) {
             Ok(s) => s,
             Err(e) => return WsEnvelope::from_error("ok", "lookup", &e),
         };

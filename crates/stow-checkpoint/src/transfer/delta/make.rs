@@ -50,7 +50,7 @@ pub fn delta(
         .into_iter()
         .map(|c| FileChange {
             path: c.path,
-            kind: kind_of(c.kind),
+            kind: c.kind,
             from: c.from,
             to: c.to,
         })
