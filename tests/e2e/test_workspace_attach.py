@@ -9,6 +9,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -521,3 +522,80 @@ def test_a_stow_directory_of_the_users_survives_attach_and_detach(stow_bin, work
     else:
         assert tree(root) == before
     assert (root / ".stow" / "mine.txt").read_text() == "precious"
+
+
+def test_nested_gitignore_files_leave_out_what_git_leaves_out(stow_bin, workdir, env):
+    """Every directory's `.gitignore` applies below it, deeper files win
+    (negations included), and `.git/info/exclude` applies under all: a
+    checkpoint holds exactly the files `git ls-files --others
+    --exclude-standard` lists (nothing is tracked, so that is every file git
+    does not ignore), and status, an edit in an ignored place, and the
+    watch agree."""
+    repo = workdir / "repo"
+    layout = {
+        ".gitignore": "*.log\n/build/\nsecret*\n",
+        "a.txt": "a", "top.log": "x", "build/out.o": "o", "secret.key": "k",
+        "app/.gitignore": "!keep.log\ndist/\n*.tmp\n",
+        "app/keep.log": "kept by a negation below the root's *.log",
+        "app/other.log": "still ignored", "app/x.tmp": "t", "app/dist/bundle.js": "b",
+        "app/src/main.rs": "fn main() {}", "app/src/build/gen.txt": "not the root's /build/",
+        "app/src/.gitignore": "*.rs\n!main.rs\n",
+        "app/src/lib.rs": "ignored by the deepest file",
+        "lib/deep/er/.gitignore": "data/\n",
+        "lib/deep/er/data/blob.bin": "d", "lib/deep/er/code.py": "print()",
+        "lib/deep/data/not-ignored.txt": "the rule is below",
+        "excluded-by-info.txt": "e",
+    }
+    for rel, text in layout.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git(repo, "init", "-q", env=env)
+    (repo / ".git" / "info" / "exclude").write_text("excluded-by-info.txt\n")
+
+    def git_files():
+        listed = git(repo, "ls-files", "--others", "--exclude-standard", env=env).splitlines()
+        return sorted(p for p in listed if not p.startswith(".stow/"))
+
+    ok(stow_bin, "attach", cwd=repo, env=env)
+    cp = ok(stow_bin, "checkpoint", cwd=repo, env=env)
+    restored = workdir / "restored"
+    ok(stow_bin, "restore", "--checkpoint-id", cp["checkpoint_id"], "--root", restored, env=env)
+    captured = sorted(str(p.relative_to(restored)) for p in restored.rglob("*")
+                      if p.is_file() and p.relative_to(restored).parts[0] != ".stow")
+    want = git_files()
+    assert "app/keep.log" in want and "app/src/build/gen.txt" in want and "app/src/lib.rs" not in want
+    assert captured == want
+
+    # Edits where git ignores them are not changes; the others are.
+    (repo / "app" / "dist" / "bundle.js").write_text("rebuilt")
+    (repo / "app" / "src" / "lib.rs").write_text("edited")
+    (repo / "lib" / "deep" / "er" / "data" / "new.bin").write_text("n")
+    (repo / "app" / "keep.log").write_text("edited")
+    st = ok(stow_bin, "status", cwd=repo, env=env)
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("app/keep.log", "changed")], st
+    # A new nested .gitignore takes effect at once (through a watch too).
+    watcher = subprocess.Popen([stow_bin, "workspace", "watch"], cwd=repo, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stdout.readline(), watcher.stderr.read()
+        assert ok(stow_bin, "status", cwd=repo, env=env)["changes"] == st["changes"]
+        (repo / "app" / "more").mkdir()
+        (repo / "app" / "more" / "gen.txt").write_text("g")
+        (repo / "app" / "more" / ".gitignore").write_text("gen.txt\n")
+        st = ok(stow_bin, "status", cwd=repo, env=env)
+        assert [(c["path"], c["kind"]) for c in st["changes"]] == [
+            ("app/keep.log", "changed"), ("app/more/.gitignore", "added")], st
+        (repo / "app" / "more" / ".gitignore").write_text("other\n")
+        st = ok(stow_bin, "status", cwd=repo, env=env)
+        assert [(c["path"], c["kind"]) for c in st["changes"]] == [
+            ("app/keep.log", "changed"), ("app/more/.gitignore", "added"),
+            ("app/more/gen.txt", "added")], st
+        cp2 = ok(stow_bin, "checkpoint", cwd=repo, env=env)
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+    shutil.rmtree(restored)
+    ok(stow_bin, "restore", "--checkpoint-id", cp2["checkpoint_id"], "--root", restored, env=env)
+    captured = sorted(str(p.relative_to(restored)) for p in restored.rglob("*")
+                      if p.is_file() and p.relative_to(restored).parts[0] != ".stow")
+    assert captured == git_files()

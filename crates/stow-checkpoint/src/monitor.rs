@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::format::FileProps;
+use crate::ignorefile::Rules;
 use crate::scan::{restat, Scan};
 use crate::statcache::{FileStamp, StatCache};
 use crate::watch::{Changes, TreeWatch};
@@ -125,7 +126,7 @@ impl Kept {
     pub(super) fn refresh(
         self,
         root: &Path,
-        ignore: Option<&ignore::gitignore::Gitignore>,
+        ignore: Option<&Rules>,
         cache_file: &Path,
     ) -> Option<Refreshed> {
         let Changes::Paths(mut changed) = self.watch.changes(self.key.include_sensitive, ignore)
@@ -133,10 +134,13 @@ impl Kept {
             return None;
         };
         changed.extend(self.pending);
-        // The rules themselves changed, or the root went away.
+        // The rules themselves changed (a nested `.gitignore` rules its
+        // whole subtree), or the root went away.
+        let git_ignore = format!("/{}", crate::ignorefile::GIT_IGNORE_FILE);
         if changed.contains("")
             || changed.contains(crate::ignorefile::IGNORE_FILE)
             || changed.contains(crate::ignorefile::GIT_IGNORE_FILE)
+            || changed.iter().any(|p| p.ends_with(&git_ignore))
         {
             return None;
         }

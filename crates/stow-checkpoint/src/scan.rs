@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use ignore::gitignore::Gitignore;
+use crate::ignorefile::Rules;
 
 use crate::error::{Result, WsError};
 use crate::format::{DirectoryEntry, LinkEntry, SkippedEntry};
@@ -92,7 +92,7 @@ pub(super) struct ScanQueue {
 pub(super) fn scan(
     root: &Path,
     include_sensitive: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     watch: Option<&TreeWatch>,
 ) -> Result<Scan> {
     let mut out = scan_from(
@@ -110,7 +110,7 @@ pub(super) fn scan(
 fn scan_from(
     starts: Vec<(PathBuf, String, usize)>,
     include_sensitive: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     watch: Option<&TreeWatch>,
 ) -> Result<Scan> {
     let queue = Mutex::new(ScanQueue {
@@ -183,7 +183,7 @@ pub(super) fn rescan(
     old: Scan,
     changed: &std::collections::BTreeSet<String>,
     sens: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     watch: &TreeWatch,
 ) -> Result<Scan> {
     use std::collections::BTreeSet;
@@ -349,7 +349,7 @@ pub(super) fn scan_worker(
     queue: &Mutex<ScanQueue>,
     wake: &std::sync::Condvar,
     sens: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     watch: Option<&TreeWatch>,
 ) -> Scan {
     let mut out = Scan::default();
@@ -422,7 +422,7 @@ pub(super) fn scan_dir(
     rel: &str,
     depth: usize,
     sens: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     out: &mut Scan,
     subdirs: &mut Vec<(PathBuf, String, usize)>,
 ) -> Result<()> {
@@ -540,7 +540,7 @@ pub(super) fn tree_changes(
     root: &Path,
     before: &Scan,
     sens: bool,
-    ignore: Option<&Gitignore>,
+    ignore: Option<&Rules>,
     watch: Option<&TreeWatch>,
 ) -> Result<Changes> {
     if let Some(Changes::Paths(mut set)) = watch.map(|w| w.changes(sens, ignore)) {

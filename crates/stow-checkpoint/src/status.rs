@@ -27,6 +27,7 @@ use crate::error::{Result, WsError};
 use crate::format::{check_belongs, FileEntry};
 use crate::fsutil::{hash_file, hex};
 use crate::history;
+use crate::ignorefile::Rules;
 use crate::layout::cache_path;
 use crate::monitor::{CaptureKey, ChangedDirs, Kept, TreeMonitor};
 use crate::paths::{check_checkpoint_id, is_sensitive};
@@ -137,7 +138,7 @@ fn flat(
     registry: &Registry,
     rec: &Record,
     checkpoint_id: &str,
-    rules: Option<&ignore::gitignore::Gitignore>,
+    rules: Option<&Rules>,
 ) -> Result<(Expanded, Expanded)> {
     let m = load_manifest(registry, checkpoint_id)?;
     let include_sensitive = m.files.iter().any(|f| is_sensitive(&f.path));
@@ -176,7 +177,7 @@ fn flat(
 struct Reader<'a> {
     registry: &'a Registry,
     rec: &'a Record,
-    rules: Option<&'a ignore::gitignore::Gitignore>,
+    rules: Option<&'a Rules>,
     root: [u8; 32],
     clock: &'a std::cell::RefCell<PhaseClock>,
 }

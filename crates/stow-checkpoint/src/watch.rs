@@ -107,7 +107,7 @@ mod imp {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    use ignore::gitignore::Gitignore;
+    use crate::ignorefile::Rules;
 
     use super::{ignored, Changes};
 
@@ -174,7 +174,7 @@ mod imp {
 
         /// Every captured name that changed since the watches were added
         /// (or the last drain). Drains the queue.
-        pub(crate) fn changes(&self, sens: bool, rules: Option<&Gitignore>) -> Changes {
+        pub(crate) fn changes(&self, sens: bool, rules: Option<&Rules>) -> Changes {
             let mut paths = std::collections::BTreeSet::new();
             if self.drain(sens, rules, &mut |p| {
                 paths.insert(p);
@@ -193,7 +193,7 @@ mod imp {
         fn drain(
             &self,
             sens: bool,
-            rules: Option<&Gitignore>,
+            rules: Option<&Rules>,
             sink: &mut dyn FnMut(String) -> bool,
         ) -> bool {
             if self.incomplete.load(Ordering::Relaxed) {
@@ -252,7 +252,7 @@ mod imp {
         mut bytes: &[u8],
         dirs: &mut HashMap<i32, (String, usize)>,
         sens: bool,
-        rules: Option<&Gitignore>,
+        rules: Option<&Rules>,
         sink: &mut dyn FnMut(String) -> bool,
     ) -> Batch {
         const HEADER: usize = 16;
@@ -322,7 +322,7 @@ mod imp {
 mod imp {
     use std::path::Path;
 
-    use ignore::gitignore::Gitignore;
+    use crate::ignorefile::Rules;
 
     use super::Changes;
 
@@ -336,7 +336,7 @@ mod imp {
 
         pub(crate) fn add(&self, _dir: &Path, _rel: &str, _depth: usize) {}
 
-        pub(crate) fn changes(&self, _sens: bool, _rules: Option<&Gitignore>) -> Changes {
+        pub(crate) fn changes(&self, _sens: bool, _rules: Option<&Rules>) -> Changes {
             Changes::Unknown
         }
     }
@@ -351,6 +351,7 @@ mod tests {
     use std::path::Path;
 
     use super::{Changes, TreeWatch};
+    use crate::ignorefile::Rules;
 
     #[derive(Debug, PartialEq, Eq)]
     enum Verdict {
@@ -360,7 +361,7 @@ mod tests {
     }
 
     impl TreeWatch {
-        fn verdict(&self, sens: bool, rules: Option<&ignore::gitignore::Gitignore>) -> Verdict {
+        fn verdict(&self, sens: bool, rules: Option<&Rules>) -> Verdict {
             match self.changes(sens, rules) {
                 Changes::Paths(p) if p.is_empty() => Verdict::Unchanged,
                 Changes::Paths(_) => Verdict::Changed,

@@ -35,6 +35,7 @@ use crate::format::{
 };
 use crate::fsutil::{create_private_dir, random_hex, FileLock};
 use crate::history;
+use crate::ignorefile::Rules;
 use crate::layout::{cache_path, now_ns, state};
 use crate::monitor::{CaptureKey, Kept, TreeMonitor};
 use crate::paths::check_checkpoint_id;
@@ -224,7 +225,7 @@ fn read_tree(
     registry: &Registry,
     rec: &Record,
     opts: &CaptureOptions,
-    rules: Option<&ignore::gitignore::Gitignore>,
+    rules: Option<&Rules>,
     key: CaptureKey,
 ) -> Result<ReadTree> {
     let scan_start = now_ns();

@@ -12,6 +12,7 @@ use crate::blobs::{blob_ok, discard_pairs, stage_bytes, stage_known, Payload};
 use crate::error::{Result, WsError};
 use crate::format::{CheckpointResult, Ignored, ManifestView, ObjectEntry, Origin, Summary};
 use crate::fsutil::{create_private_dir, hex, now_rfc3339};
+use crate::ignorefile::Rules;
 use crate::monitor::ChangedDirs;
 use crate::objects::{snapshot_objects, ObjectSnapshot};
 use crate::progress::{check_deadline, PhaseClock};
@@ -37,7 +38,7 @@ pub(super) struct Capture<'a> {
     pub(super) opts: &'a CaptureOptions<'a>,
     /// The parent recorded: the one asked for, else the workspace's head.
     pub(super) parent: Option<String>,
-    pub(super) rules: Option<&'a ignore::gitignore::Gitignore>,
+    pub(super) rules: Option<&'a Rules>,
     pub(super) scan_start: i64,
     pub(super) before: &'a Scan,
     pub(super) watch: Option<&'a TreeWatch>,

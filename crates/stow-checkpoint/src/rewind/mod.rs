@@ -39,6 +39,7 @@ use crate::format::{check_belongs, check_message, Origin};
 use crate::format::{load_summary, CheckpointManifest};
 use crate::fsutil::{create_private_dir, random_hex, FileLock};
 use crate::history;
+use crate::ignorefile::Rules;
 use crate::layout::{cache_path, state};
 use crate::monitor::TreeMonitor;
 use crate::paths::{check_checkpoint_id, check_workspace_id};
@@ -335,7 +336,7 @@ fn target_rules(
     registry: &Registry,
     rec: &Record,
     want: &CheckpointManifest,
-) -> Result<Option<ignore::gitignore::Gitignore>> {
+) -> Result<Option<Rules>> {
     use crate::ignorefile::{GIT_IGNORE_FILE, IGNORE_FILE};
     let file = |name: &str| -> Result<Option<Vec<u8>>> {
         want.files

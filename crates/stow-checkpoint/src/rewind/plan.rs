@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ignore::gitignore::Gitignore;
+use crate::ignorefile::Rules;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WsError};
@@ -101,7 +101,7 @@ pub(crate) fn bytes_to_check(steps: &[Step]) -> u64 {
 
 /// Which paths a rewind may touch: the ones a capture of the tree reads.
 pub(crate) struct Domain<'a> {
-    pub rules: Option<&'a Gitignore>,
+    pub rules: Option<&'a Rules>,
     pub include_sensitive: bool,
 }
 
@@ -119,14 +119,14 @@ impl Domain<'_> {
 }
 
 /// Whether `rules` keep `path` out, or any directory above it.
-pub(crate) fn ignored_with_ancestors(rules: &Gitignore, path: &str, is_dir: bool) -> bool {
+pub(crate) fn ignored_with_ancestors(rules: &Rules, path: &str, is_dir: bool) -> bool {
     ancestors_of(path).any(|a| is_ignored(rules, a, true)) || is_ignored(rules, path, is_dir)
 }
 
 /// Drops the removals of paths the target's own ignore rules kept out of
 /// it: the target did not hold them because they were ignored then, not
 /// because they were absent (the rules changed since), so they stay.
-pub(crate) fn keep_target_ignored(plan: &mut Plan, target_rules: &Gitignore) {
+pub(crate) fn keep_target_ignored(plan: &mut Plan, target_rules: &Rules) {
     let mut kept: Vec<String> = Vec::new();
     plan.steps.retain(|s| {
         let (path, is_dir) = match s {
