@@ -1,17 +1,21 @@
 """Helpers for the MCP end-to-end tests: launch `stow-s3 mcp` under the
 official Python MCP client (both protocol eras), check the object envelope
 invariants on every result, and drive raw JSON-RPC where a test needs the
-process itself (exit codes, signals, SIGKILL, stdout hygiene)."""
+process itself (exit codes, signals, SIGKILL, stdout hygiene). The second
+half is the workspace profile's: its tools, envelope shape, sessions and
+result assertions (wskit.py prepares the workspaces they run on)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
 import queue
+import re
 import subprocess
 import threading
 from typing import Any
@@ -137,9 +141,11 @@ class RawServer:
     need the process (exit codes, signals, SIGKILL, stdout hygiene)."""
 
     def __init__(self, stow_bin, objdir, env_extra=None, **kw):
-        env = {"PATH": os.environ.get("PATH", ""), "STOW_LOG": "warn", **(env_extra or {})}
+        self._start([stow_bin, *mcp_args(objdir, **kw)], server_env(env_extra))
+
+    def _start(self, argv, env):
         self.proc = subprocess.Popen(
-            [stow_bin, *mcp_args(objdir, **kw)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -222,3 +228,187 @@ class RawServer:
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         self.wait()
+
+
+# ---------------------------------------------------------------- workspace profile
+
+WORKSPACE_TOOLS = [
+    "stow_workspace_inspect",
+    "stow_checkpoint_create",
+    "stow_checkpoint_resolve",
+    "stow_checkpoint_inspect",
+    "stow_checkpoint_diff",
+]
+EXPORT_TOOL = "stow_handoff_export"
+ADOPT_TOOL = "stow_handoff_adopt"
+# Beyond the seed's seven (issue 27), listed after them.
+REWIND_TOOLS = ["stow_workspace_status", "stow_checkpoint_list", "stow_workspace_rewind"]
+
+ENVELOPE_KEYS = {
+    "version", "outcome", "workspace", "capture", "checkpoint_id", "entries",
+    "next_cursor", "handoff", "bundle", "origin_checkpoint_id", "error",
+    # The rewind tools' members.
+    "head", "undo_checkpoint_id", "dry_run", "replayed", "written", "deleted",
+    "unchanged", "conflicts", "skipped",
+}
+ERROR_KEYS = {"code", "phase", "attempts", "retryable", "message"}
+WORKSPACE_KEYS = {"workspace_id", "directory", "bucket", "max_checkpoint_bytes", "max_checkpoints"}
+CHECKPOINT_KEYS = {
+    "version", "id", "workspace_id", "parent_id", "created", "files", "bytes", "excluded", "objects",
+}
+FILE_KEYS = {"path", "size", "mode", "sha256"}
+CP_ID = re.compile(r"cp_[0-9a-f]{24}")
+WS_ID = re.compile(r"ws_[0-9a-f]+")
+
+SUBPROCESS_TIMEOUT = 20  # startup refusals
+CALL_TIMEOUT = 120  # one MCP request on a busy 2-core machine
+SESSION_TIMEOUT = 600  # a whole asyncio scenario
+
+
+def server_env(extra=None) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", ""), "STOW_LOG": "warn", **(extra or {})}
+
+
+def ws_argv(registry, ws_id, extra=(), timeout="30s") -> list[str]:
+    argv = ["mcp", "--registry-dir", str(registry), "--workspace-id", ws_id]
+    if timeout is not None:
+        argv += ["--timeout", timeout]
+    return argv + [str(a) for a in extra]
+
+
+class WsSession(Session):
+    """Session (structured == text, isError iff error, version 1) plus the
+    workspace envelope's shape: only known members, and an error always
+    carries all five fields."""
+
+    async def call(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        env = await super().call(name, args)
+        assert set(env) <= ENVELOPE_KEYS, (name, sorted(set(env) - ENVELOPE_KEYS))
+        assert isinstance(env["outcome"], str) and env["outcome"], env
+        if "error" in env:
+            err = env["error"]
+            assert set(err) == ERROR_KEYS, (name, err)
+            assert isinstance(err["code"], str) and err["code"], err
+            assert isinstance(err["phase"], str), err
+            assert isinstance(err["attempts"], int) and not isinstance(err["attempts"], bool), err
+            assert isinstance(err["retryable"], bool), err
+            assert isinstance(err["message"], str), err
+        return env
+
+    async def inspect_ws(self, ws_id):
+        return await self.call("stow_workspace_inspect", {"workspace_id": ws_id})
+
+    async def create(self, ws_id, key, **opts):
+        return await self.call("stow_checkpoint_create", {"workspace_id": ws_id, "request_key": key, **opts})
+
+    async def resolve(self, ws_id, key, **opts):
+        return await self.call("stow_checkpoint_resolve", {"workspace_id": ws_id, "request_key": key, **opts})
+
+    async def inspect(self, cp, **opts):
+        return await self.call("stow_checkpoint_inspect", {"checkpoint_id": cp, **opts})
+
+    async def diff(self, a, b, **opts):
+        return await self.call("stow_checkpoint_diff", {"from_id": a, "to_id": b, **opts})
+
+    async def export(self, ws_id, cp, bundle):
+        return await self.call(EXPORT_TOOL, {"workspace_id": ws_id, "checkpoint_id": cp, "bundle": bundle})
+
+    async def adopt(self, bundle, destination):
+        return await self.call(ADOPT_TOOL, {"bundle": bundle, "destination": destination})
+
+
+@contextlib.asynccontextmanager
+async def ws_session(stow_bin, registry, ws_id, era="legacy", extra=()):
+    """An official-client session with a workspace-profile server; its
+    stderr goes to a log file beside the registry, never to stdout."""
+    params = StdioServerParameters(command=stow_bin, args=ws_argv(registry, ws_id, extra), env=server_env())
+    errlog = open(pathlib.Path(registry).parent / "server-stderr.log", "a")
+    try:
+        async with Client(
+            stdio_client(params, errlog=errlog), mode=era, read_timeout_seconds=CALL_TIMEOUT
+        ) as c:
+            yield WsSession(c)
+    finally:
+        errlog.close()
+
+
+def arun(coro, timeout=SESSION_TIMEOUT):
+    """Runs a scenario with an overall deadline (the stdio client then
+    terminates its server)."""
+
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+class WsRawServer(RawServer):
+    """RawServer (newline-delimited JSON-RPC on raw pipes) launched with
+    workspace-profile arguments."""
+
+    def __init__(self, stow_bin, registry, ws_id, extra=(), env_extra=None):  # noqa: D107
+        self._start([stow_bin, *ws_argv(registry, ws_id, extra)], server_env(env_extra))
+
+    def ensure_dead(self):
+        if self.proc.poll() is None:
+            self.kill()
+
+
+def structured(resp) -> dict[str, Any]:
+    assert "result" in resp, resp
+    return resp["result"]["structuredContent"]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def assert_committed_capture(env, ws_id, *, replayed, parent="", files=None, nbytes=None):
+    assert env["outcome"] == "committed" and "error" not in env, env
+    cp_id = env["checkpoint_id"]
+    assert CP_ID.fullmatch(cp_id), cp_id
+    cap = env["capture"]
+    assert cap["outcome"] == "committed" and cap["replayed"] is replayed, cap
+    cp = cap["checkpoint"]
+    assert set(cp) == CHECKPOINT_KEYS, sorted(cp)
+    assert cp["version"] == 2, "MCP captures are portable"
+    assert cp["id"] == cp_id and cp["workspace_id"] == ws_id
+    assert cp["parent_id"] == parent
+    assert isinstance(cp["created"], str) and cp["created"]
+    assert cp["objects"] == 0
+    if files is not None:
+        assert cp["files"] == files, cp
+    if nbytes is not None:
+        assert cp["bytes"] == nbytes, cp
+    return cp_id
+
+
+def assert_refused(env, outcome, err_code):
+    assert (env["outcome"], code(env)) == (outcome, err_code), env
+
+
+async def all_pages(call, limit, max_pages=50):
+    """Follows next_cursor to the end; returns the list of pages (entries)."""
+    pages, cursor = [], None
+    for _ in range(max_pages):
+        args = {"limit": limit}
+        if cursor is not None:
+            args["cursor"] = cursor
+        env = await call(**args)
+        assert env["outcome"] == "ok" and "error" not in env, env
+        pages.append(env.get("entries", []))
+        cursor = env.get("next_cursor")
+        if cursor is None:
+            return pages
+        assert isinstance(cursor, str) and cursor and len(cursor) <= 256, cursor
+    raise AssertionError("paging did not end")
+
+
+def file_entry(rel, data):
+    return {"path": rel, "size": len(data), "sha256": sha(data)}
+
+
+def strip_mode(entry):
+    assert set(entry) == FILE_KEYS, entry
+    assert isinstance(entry["mode"], int) and entry["mode"] >= 0
+    return {k: v for k, v in entry.items() if k != "mode"}

@@ -17,17 +17,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from mcpkit import ERAS, code
-from test_mcp_workspace import (
-    CALL_TIMEOUT,
-    REWIND_TOOLS,
-    SUBPROCESS_TIMEOUT,
-    WsSession,
-    arun,
-    listing,
-    server_env,
-)
+from mcpkit import CALL_TIMEOUT, ERAS, REWIND_TOOLS, SUBPROCESS_TIMEOUT, WsSession, arun, code, server_env
 from test_workspace_attach import env, make_repo, ok  # noqa: F401  (env is a fixture)
+from wskit import listing
 
 
 @contextlib.asynccontextmanager

@@ -67,6 +67,23 @@ mkdir -p empty/inner
 """
 
 
+def edited_repo(stow_bin, workdir, env, kill_at=None):
+    """A repository attached and checkpointed, then changed by AGENT_EDITS;
+    with `kill_at`, a rewind to that checkpoint killed (SIGKILL) at that
+    STOW_TEST_FAULT point. Returns (repo, workspace ID, checkpoint ID, the
+    checkpoint's content, the edited content)."""
+    repo = make_repo(workdir / "repo", env)
+    ws = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    at_cp = content(repo)
+    shell(AGENT_EDITS, repo)
+    edited = content(repo)
+    if kill_at is not None:
+        rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": kill_at}, cwd=repo)
+        assert rc == -9
+    return repo, ws, cp, at_cp, edited
+
+
 def test_the_agent_scenario_rewinds_every_byte_mode_and_link_and_undoes(stow_bin, workdir, env):
     repo = make_repo(workdir / "repo", env)
     os.symlink("src/lib.rs", repo / "lib-link")
@@ -123,12 +140,7 @@ def test_the_agent_scenario_rewinds_every_byte_mode_and_link_and_undoes(stow_bin
 
 
 def test_paths_rewind_only_those_and_dry_run_changes_nothing(stow_bin, workdir, env):
-    repo = make_repo(workdir / "repo", env)
-    ok(stow_bin, "attach", env=env, cwd=repo)
-    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
-    at_cp = content(repo)
-    shell(AGENT_EDITS, repo)
-    edited = content(repo)
+    repo, _, cp, at_cp, edited = edited_repo(stow_bin, workdir, env)
 
     before = full(repo)
     n = len(checkpoints(workdir))
@@ -298,14 +310,7 @@ def test_a_concurrent_writer_never_loses_a_write(stow_bin, workdir, env):
     ["rewind.journaled", "rewind.moved_aside#1", "rewind.moved_aside#7", "rewind.exchanged#1", "rewind.exchanged#3", "rewind.step#3", "rewind.step#25", "rewind.unstaged"],
 )
 def test_a_rewind_killed_anywhere_is_finished_by_the_next_command(stow_bin, workdir, env, point):
-    repo = make_repo(workdir / "repo", env)
-    ok(stow_bin, "attach", env=env, cwd=repo)
-    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
-    at_cp = content(repo)
-    shell(AGENT_EDITS, repo)
-    edited = content(repo)
-    rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": point}, cwd=repo)
-    assert rc == -9
+    repo, _, cp, at_cp, edited = edited_repo(stow_bin, workdir, env, kill_at=point)
     # Every path is as it was or as the checkpoint has it.
     now = content(repo)
     for path in now.keys() | at_cp.keys() | edited.keys():
@@ -347,13 +352,7 @@ def test_sensitive_paths_are_rewound_only_when_asked(stow_bin, workdir, env):
 
 
 def test_workspace_check_finishes_an_interrupted_rewind(stow_bin, workdir, env):
-    repo = make_repo(workdir / "repo", env)
-    ws = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
-    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
-    at_cp = content(repo)
-    shell(AGENT_EDITS, repo)
-    rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": "rewind.step#4"}, cwd=repo)
-    assert rc == -9
+    repo, ws, _, at_cp, _ = edited_repo(stow_bin, workdir, env, kill_at="rewind.step#4")
     r = ok(stow_bin, "check", env=env, cwd=workdir)
     assert r["rewinds_finished"] == [ws] and r["damaged"] == []
     assert content(repo) == at_cp
