@@ -458,6 +458,98 @@ def test_watch_without_id_inside_the_tree(stow_bin, workdir, env):
         proc.stderr.close()
 
 
+def test_every_workspace_verb_finds_the_workspace_from_the_directory(stow_bin, workdir, env):
+    """handoff, resume, serve, status, log and destroy take the workspace
+    holding the current directory (in the partition its identity names)
+    when no --id is given; destroy then refuses, as the directory is inside
+    what it would remove, and changes nothing."""
+    root = workdir / "tree"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.txt").write_text("a")
+    reg = workdir / "reg"
+    a = ok(stow_bin, "attach", "--root", root, "--registry-dir", reg, "--team", "platform", env=env)
+    ws_id, inside = a["workspace_id"], root / "sub"
+    cp = ok(stow_bin, "checkpoint", "--message", "one", cwd=inside, env=env)
+    h = ok(stow_bin, "handoff", "--checkpoint-id", cp["checkpoint_id"], cwd=inside, env=env)
+    assert h["workspace_id"] == ws_id and h["checkpoint_id"] == cp["checkpoint_id"], h
+    assert ok(stow_bin, "resume", cwd=inside, env=env)["workspace_id"] == ws_id
+    assert ok(stow_bin, "status", cwd=inside, env=env)["clean"] is True
+    assert ok(stow_bin, "log", cwd=inside, env=env)["checkpoints"][0]["checkpoint_id"] == cp["checkpoint_id"]
+    proc = subprocess.Popen([stow_bin, "workspace", "serve"], cwd=inside, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "workspace serve printed nothing in 30 s"
+        line = proc.stdout.readline()
+        assert line, f"workspace serve exited {proc.wait(10)}: {proc.stderr.read()!r}"
+        assert json.loads(line)["workspace_id"] == ws_id
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    before = tree(root)
+    refused(stow_bin, "destroy", code="refused", cwd=inside, env=env)
+    assert tree(root) == before
+    assert ok(stow_bin, "log", cwd=inside, env=env)["checkpoints"][0]["checkpoint_id"] == cp["checkpoint_id"]
+    # Outside any workspace, a missing --id is a usage error naming attach.
+    for verb in ("handoff", "destroy", "serve", "resume"):
+        msg = refused(stow_bin, verb, code="usage", cwd=workdir, env=env, exit_code=2)
+        assert "workspace attach" in msg, (verb, msg)
+
+
+def test_status_pages_with_a_cursor(stow_bin, workdir, env):
+    root = workdir / "tree"
+    (root / "d").mkdir(parents=True)
+    for i in range(12):
+        (root / "d" / f"f{i:02}.txt").write_text(str(i))
+    os.symlink("f00.txt", root / "d" / "l05")
+    ok(stow_bin, "attach", "--root", root, env=env)
+    cp = ok(stow_bin, "checkpoint", cwd=root, env=env)
+    for i in range(0, 12, 2):
+        (root / "d" / f"f{i:02}.txt").write_text("edited")
+    (root / "d" / "f03.txt").unlink()
+    os.symlink("f01.txt", root / "d" / "f03.txt")  # a file replaced by a link, one path
+    os.unlink(root / "d" / "l05")
+    for i in range(5):
+        (root / "d" / f"n{i}.txt").write_text("new")
+    whole = ok(stow_bin, "status", cwd=root, env=env)
+    assert "next_cursor" not in whole
+    entries = lambda doc: [("file", c["path"], c["kind"]) for c in doc["changes"]] + \
+        [("link", l["path"], l["kind"]) for l in doc.get("links", [])]
+    want = sorted(entries(whole), key=lambda e: (e[1], e[0] == "link"))
+    assert len(want) == 6 + 1 + 1 + 1 + 5
+    got, cursor, pages = [], None, 0
+    while True:
+        args = ["status", "--limit", "4"] + (["--cursor", cursor] if cursor else [])
+        doc = ok(stow_bin, *args, cwd=root, env=env)
+        pages += 1
+        page = sorted(entries(doc), key=lambda e: (e[1], e[0] == "link"))
+        assert 1 <= len(page) <= 4
+        # Counts and clean are the whole status's on every page.
+        assert (doc["added"], doc["changed"], doc["deleted"], doc["clean"]) == \
+            (whole["added"], whole["changed"], whole["deleted"], False)
+        got += page
+        cursor = doc.get("next_cursor")
+        if not cursor:
+            break
+    assert got == want and pages == 4
+    # A cursor is bound to its workspace and checkpoint; limits are bounded.
+    first = ok(stow_bin, "status", "--limit", "4", cwd=root, env=env)["next_cursor"]
+    ok(stow_bin, "checkpoint", cwd=root, env=env)
+    refused(stow_bin, "status", "--cursor", first, code="invalid_request", cwd=root, env=env)
+    refused(stow_bin, "status", "--against", cp["checkpoint_id"], "--cursor", "zz", code="invalid_request",
+            cwd=root, env=env)
+    for bad in ("0", "10001"):
+        refused(stow_bin, "status", "--limit", bad, code="invalid_request", cwd=root, env=env)
+    again = ok(stow_bin, "status", "--against", cp["checkpoint_id"], "--limit", "4", "--cursor", first,
+               cwd=root, env=env)
+    assert sorted(entries(again), key=lambda e: (e[1], e[0] == "link")) == want[4:8]
+
+
 # Found by this suite and fixed: seeded totals without .git, links in the
 # tree, workspaces of other registries and teams, a .stow of the user's.
 

@@ -57,6 +57,105 @@ pub struct StatusResult {
     /// Symbolic links added, removed or retargeted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkChange>,
+    /// A paged status ([`page`]) with more entries: pass back as the
+    /// cursor of the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Most entries one page of a status may hold.
+pub const MAX_PAGE: usize = 10_000;
+
+const CURSOR_PREFIX: &str = "status1:";
+
+/// One page of `status`: at most `limit` (1 to [`MAX_PAGE`]) of its
+/// entries — file changes and link changes merged in path order, a file's
+/// before a link's at one path — after `cursor` (the `next_cursor` of an
+/// earlier page of a status of the same workspace against the same
+/// checkpoint). The counts and `clean` stay the whole status's. A cursor
+/// names the last path listed, so a tree changed between pages neither
+/// repeats nor skips an entry that stayed.
+pub fn page(mut s: StatusResult, limit: usize, cursor: Option<&str>) -> Result<StatusResult> {
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(WsError::InvalidRequest(format!(
+            "limit must be 1 to {MAX_PAGE}, not {limit}"
+        )));
+    }
+    let after = cursor
+        .map(|c| decode_cursor(c, &s.workspace_id, &s.checkpoint_id))
+        .transpose()?;
+    let past = |path: &str, rank: u8| {
+        after
+            .as_ref()
+            .is_none_or(|(p, r)| (path, rank) > (p.as_str(), *r))
+    };
+    let mut changes = std::mem::take(&mut s.changes)
+        .into_iter()
+        .filter(|c| past(&c.path, 0))
+        .peekable();
+    let mut links = std::mem::take(&mut s.links)
+        .into_iter()
+        .filter(|l| past(&l.path, 1))
+        .peekable();
+    let mut last = None;
+    while s.changes.len() + s.links.len() < limit {
+        let file_first = match (changes.peek(), links.peek()) {
+            (Some(c), Some(l)) => c.path <= l.path,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if let Some(c) = file_first.then(|| changes.next()).flatten() {
+            last = Some((c.path.clone(), 0));
+            s.changes.push(c);
+        } else if let Some(l) = links.next() {
+            last = Some((l.path.clone(), 1));
+            s.links.push(l);
+        }
+    }
+    let more = changes.peek().is_some() || links.peek().is_some();
+    s.next_cursor = last
+        .filter(|_| more)
+        .map(|(path, rank)| encode_cursor(&s.workspace_id, &s.checkpoint_id, &path, rank));
+    Ok(s)
+}
+
+/// An opaque cursor bound to the workspace and the checkpoint compared
+/// with: the last entry listed.
+fn encode_cursor(ws: &str, checkpoint: &str, path: &str, rank: u8) -> String {
+    hex(format!("{CURSOR_PREFIX}{ws}:{checkpoint}:{rank}:{path}").as_bytes())
+}
+
+fn decode_cursor(cursor: &str, ws: &str, checkpoint: &str) -> Result<(String, u8)> {
+    let bad = || {
+        WsError::InvalidRequest(
+            "invalid cursor (not from a status of this workspace against this checkpoint)".into(),
+        )
+    };
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 16_384 {
+        return Err(bad());
+    }
+    let bytes: Option<Vec<u8>> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+    let rest = text.strip_prefix(CURSOR_PREFIX).ok_or_else(bad)?;
+    let mut parts = rest.splitn(4, ':');
+    let (Some(owner), Some(cp), Some(rank), Some(path)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let rank = match rank {
+        "0" => 0,
+        "1" => 1,
+        _ => return Err(bad()),
+    };
+    if owner != ws || cp != checkpoint {
+        return Err(bad());
+    }
+    Ok((path.to_string(), rank))
 }
 
 /// Compares the tree of workspace `ws` with checkpoint `against` (one of
@@ -408,5 +507,6 @@ fn result(ws: &str, checkpoint_id: String, was: &Expanded, now: &Expanded) -> St
         deleted: count(Kind::Deleted),
         changes,
         links,
+        next_cursor: None,
     }
 }

@@ -57,6 +57,12 @@ pub enum AttachedCommand {
         /// Compare with this checkpoint instead of the head.
         #[arg(long)]
         against: Option<String>,
+        /// Entries per page (1 to 10000; default: all).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// The `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -149,6 +155,8 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
         A::Status {
             id,
             against,
+            limit,
+            cursor,
             registry,
         } => {
             let (id, registry) = registry.workspace(id)?;
@@ -157,7 +165,14 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                 against,
             };
             match watch_service::status(&registry, &call) {
-                WatchReply::Status { result } => json(result),
+                WatchReply::Status { result } => match (limit, cursor) {
+                    (None, None) => json(result),
+                    (limit, cursor) => json(stow_checkpoint::status::page(
+                        *result,
+                        limit.unwrap_or(stow_checkpoint::status::MAX_PAGE),
+                        cursor.as_deref(),
+                    )?),
+                },
                 WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
                 WatchReply::Captured { .. }
                 | WatchReply::Keyed { .. }

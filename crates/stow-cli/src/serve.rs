@@ -135,9 +135,9 @@ pub struct ServeArgs {
 /// `stow-s3 workspace serve`.
 #[derive(Args)]
 pub struct WorkspaceServeArgs {
-    /// Workspace ID.
+    /// Workspace ID (default: the workspace holding the current directory).
     #[arg(long)]
-    id: String,
+    pub(crate) id: Option<String>,
     #[command(flatten)]
     pub(crate) registry: crate::workspace::RegistryArgs,
     #[command(flatten)]
@@ -159,19 +159,16 @@ pub struct WorkspaceServeArgs {
 /// JSON line (`version: 1`) on `--ready-fd`, else on stdout.
 pub fn run_workspace(
     registry: &stow_checkpoint::Registry,
+    id: &str,
     args: WorkspaceServeArgs,
 ) -> Result<serde_json::Value, CliError> {
     let listen = &args.listen;
     listen.check()?;
-    let served = stow_workspace::open::serve_workspace(
-        registry,
-        &args.id,
-        args.max_bytes,
-        args.max_objects,
-    )?;
+    let served =
+        stow_workspace::open::serve_workspace(registry, id, args.max_bytes, args.max_objects)?;
     // CLI captures of the served workspace read only what changed while
     // the server runs (another `workspace watch` may already serve them).
-    let _watch = match stow_checkpoint::watch_service::WatchService::start(registry, &args.id) {
+    let _watch = match stow_checkpoint::watch_service::WatchService::start(registry, id) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(error = %e, "captures of this workspace are not watched");

@@ -104,7 +104,8 @@ pub enum WorkspaceCommand {
     },
     /// Take ownership of a workspace (by ID, or from a handoff document).
     Resume {
-        /// Workspace ID.
+        /// Workspace ID (default: the workspace holding the current
+        /// directory, when no --handoff is given).
         #[arg(long)]
         id: Option<String>,
         /// A handoff document (not both with --id, --registry-dir or --team).
@@ -119,8 +120,9 @@ pub enum WorkspaceCommand {
     /// Write a handoff document: same-machine (version 1), or portable
     /// (version 2) with --archive.
     Handoff {
+        /// Workspace ID (default: the workspace holding the current directory).
         #[arg(long)]
-        id: String,
+        id: Option<String>,
         /// A checkpoint to name alongside the workspace.
         #[arg(long)]
         checkpoint_id: Option<String>,
@@ -351,8 +353,9 @@ pub enum WorkspaceCommand {
     },
     /// Destroy an owned, idle workspace with its checkpoints.
     Destroy {
+        /// Workspace ID (default: the workspace holding the current directory).
         #[arg(long)]
-        id: String,
+        id: Option<String>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -443,15 +446,14 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 "invalid_request",
                 "use --handoff or --id/--registry-dir/--team, not both",
             )),
-            (Some(id), None) => json(open::resume(&registry.open()?, &id, None, true)?),
-            (None, None) => Err(CliError::new(
-                "invalid_request",
-                "resume needs --id or --handoff",
-            )),
+            (id, None) => {
+                let (id, registry) = registry.workspace(id)?;
+                json(open::resume(&registry, &id, None, true)?)
+            }
         },
-        C::Serve(args) => {
-            let registry = args.registry.open()?;
-            crate::serve::run_workspace(&registry, args)
+        C::Serve(mut args) => {
+            let (id, registry) = args.registry.workspace(args.id.take())?;
+            crate::serve::run_workspace(&registry, &id, args)
         }
         C::Handoff {
             id,
@@ -466,8 +468,9 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
                 CliError::new("invalid_request", "--remote needs --checkpoint-id")
             })?;
             let connector = crate::remote::connector(timeout.as_deref())?;
+            let (id, registry) = registry.workspace(id)?;
             let (doc, _pushed) = handoff::handoff_via_remote(
-                &registry.open()?,
+                &registry,
                 &id,
                 &cp,
                 &remote,
@@ -489,8 +492,9 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             output,
             registry,
         } => {
+            let (id, registry) = registry.workspace(id)?;
             let doc = handoff::handoff(
-                &registry.open()?,
+                &registry,
                 &id,
                 checkpoint_id.as_deref(),
                 archive.as_deref(),
@@ -719,7 +723,10 @@ pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
             checkpoint_id,
             registry,
         } => json(stow_checkpoint::delete(&registry.open()?, &checkpoint_id)?),
-        C::Destroy { id, registry } => json(admin::destroy(&registry.open()?, &id)?),
+        C::Destroy { id, registry } => {
+            let (id, registry) = registry.workspace(id)?;
+            json(admin::destroy(&registry, &id)?)
+        }
         C::Collect { registry } => json(admin::collect(&registry.open()?)?),
         C::Prune {
             include_adopted,
