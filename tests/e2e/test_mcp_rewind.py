@@ -137,6 +137,40 @@ def test_status_list_rewind_undo_and_replay_through_the_sdk(stow_bin, workdir, e
     arun(after_restart())
 
 
+def test_mcp_checkpoints_and_rewinds_while_workspace_serve_runs(stow_bin, workdir, env):
+    """`workspace serve` owns the workspace's object store; the MCP
+    server's portable captures and rewinds go through the serving process,
+    so they work while it runs and S3 clients see the rewound objects."""
+    from s3server import WorkspaceServer
+
+    repo = make_repo(workdir / "repo", env)
+    a = ok(stow_bin, "attach", env=env, cwd=repo)
+    ws_id = a["workspace_id"]
+    server = WorkspaceServer(stow_bin, ws_id, a["registry_dir"], "--port", "0", env=env)
+    try:
+        s3, bucket = server.client(), server.bucket
+        s3.put_object(Bucket=bucket, Key="notes/a.txt", Body=b"v1", ContentType="text/markdown")
+
+        async def session():
+            async with root_session(stow_bin, repo, ERAS[-1], env) as s:
+                created = await s.create(ws_id, "serve-cp")
+                assert created["outcome"] == "committed", created
+                cp = created["checkpoint_id"]
+                s3.put_object(Bucket=bucket, Key="notes/a.txt", Body=b"v2", ContentType="text/plain")
+                (repo / "README.md").write_text("# while served\n")
+                r = await s.call("stow_workspace_rewind",
+                                 {"workspace_id": ws_id, "checkpoint_id": cp, "request_key": "serve-rw"})
+                assert r["outcome"] == "committed" and "error" not in r, r
+                return cp
+
+        arun(session())
+        got = s3.get_object(Bucket=bucket, Key="notes/a.txt")
+        assert got["Body"].read() == b"v1" and got["ContentType"] == "text/markdown"
+        assert (repo / "README.md").read_text() != "# while served\n"
+    finally:
+        assert server.stop() == 0
+
+
 def test_workspace_root_refusals(stow_bin, workdir, env):
     repo = make_repo(workdir / "repo", env)
     ok(stow_bin, "attach", env=env, cwd=repo)

@@ -415,6 +415,65 @@ def test_a_portable_checkpoint_rewinds_the_bucket_view_too(stow_bin, workdir, en
     serve(undone)
 
 
+def test_a_portable_rewind_while_serve_runs_goes_through_the_server(stow_bin, workdir, env):
+    """With `workspace serve` running (it owns the object store), portable
+    checkpoints and rewinds of its workspace go through the server's
+    process: S3 clients see the rewound objects at once, with no restart.
+    A rewind killed part way inside the server is finished when the
+    server starts again, before anything is served."""
+    from s3server import WorkspaceServer
+
+    repo = make_repo(workdir / "repo", env)
+    reg = workdir / "reg"
+    ws = ok(stow_bin, "attach", "--registry-dir", reg, env=env, cwd=repo)["workspace_id"]
+    cli = ["--id", ws, "--registry-dir", reg]
+    server = WorkspaceServer(stow_bin, ws, reg, "--port", "0", env=env)
+    try:
+        s3, primary = server.client(), server.bucket
+        s3.create_bucket(Bucket="side")
+        s3.put_object(Bucket="side", Key="k1", Body=b"one")
+        s3.put_object(Bucket=primary, Key="notes/a.txt", Body=b"note", ContentType="text/markdown")
+        cp = ok(stow_bin, "checkpoint", "--portable", *cli, env=env)["checkpoint_id"]
+        s3.put_object(Bucket="side", Key="k1", Body=b"two")
+        s3.put_object(Bucket="side", Key="k2", Body=b"new")
+        (repo / "README.md").write_text("edited while served\n")
+        r = ok(stow_bin, "rewind", "--to", cp, *cli, env=env)
+        assert r["conflicts"] == [], r
+        assert s3.get_object(Bucket="side", Key="k1")["Body"].read() == b"one"
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="side").get("Contents", [])] == ["k1"]
+        assert s3.head_object(Bucket=primary, Key="notes/a.txt")["ContentType"] == "text/markdown"
+        assert s3.get_object(Bucket=primary, Key="README.md")["Body"].read() != b"edited while served\n"
+        undo = ok(stow_bin, "rewind", "--to", r["undo_checkpoint_id"], *cli, env=env)
+        assert undo["conflicts"] == []
+        assert s3.get_object(Bucket="side", Key="k2")["Body"].read() == b"new"
+        assert (repo / "README.md").read_text() == "edited while served\n"
+    finally:
+        assert server.stop() == 0
+
+    # Killed inside the server after its file step, before the objects:
+    # the CLI cannot know the outcome; the next server start finishes the
+    # rewind (files and objects) first.
+    server = WorkspaceServer(stow_bin, ws, reg, "--port", "0",
+                             env={**env, "STOW_TEST_FAULT": "rewind.step#1"})
+    try:
+        rc, doc, _ = run(stow_bin, "rewind", "--to", cp, *cli, env=env)
+        assert (rc, doc["error"]["code"]) == (1, "outcome_unknown"), doc
+        assert server.proc.wait(timeout=20) == -9
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    server = WorkspaceServer(stow_bin, ws, reg, "--port", "0", env=env)
+    try:
+        s3 = server.client()
+        assert s3.get_object(Bucket="side", Key="k1")["Body"].read() == b"one"
+        assert "k2" not in [o["Key"] for o in s3.list_objects_v2(Bucket="side").get("Contents", [])]
+        assert (repo / "README.md").read_text() != "edited while served\n"
+    finally:
+        assert server.stop() == 0
+    # Nothing was left for `check` to finish.
+    assert "rewinds_finished" not in ok(stow_bin, "check", "--registry-dir", reg, env=env)
+
+
 def test_paths_the_target_ignored_are_not_deleted_when_the_rules_changed(stow_bin, workdir, env):
     """found by review: with .gitignore removed after the checkpoint, the
     undo capture holds what was ignored; the target lacks it because it was

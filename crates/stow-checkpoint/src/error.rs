@@ -58,6 +58,9 @@ pub enum WsError {
     InUse(String),
     #[error("workspace {0} is already watched by another process (`workspace watch` or `workspace serve`)")]
     AlreadyWatched(String),
+    /// A process serving the workspace is at its bound of requests.
+    #[error("{0}")]
+    Busy(String),
     /// The operation is refused for this workspace (adopted, home, cwd, ...).
     #[error("refused: {0}")]
     Refused(String),
@@ -122,7 +125,7 @@ impl WsError {
             WsError::DeltaConflict(_) => "delta_conflict",
             WsError::InvalidDelta(_) => "invalid_delta",
             WsError::PartialImport { .. } => "partial_import",
-            WsError::InUse(_) | WsError::AlreadyWatched(_) => "in_use",
+            WsError::InUse(_) | WsError::AlreadyWatched(_) | WsError::Busy(_) => "in_use",
             WsError::Refused(_) => "refused",
             WsError::Git { .. } => "git_failed",
             WsError::InProgress(_) => "in_progress",
@@ -143,7 +146,7 @@ impl WsError {
     pub fn retryable(&self) -> bool {
         use crate::transfer::remote::failure::RemoteFailure as F;
         match self {
-            WsError::InProgress(_) | WsError::WorkspaceChanged(_) => true,
+            WsError::InProgress(_) | WsError::WorkspaceChanged(_) | WsError::Busy(_) => true,
             WsError::Remote(e) => matches!(e.kind, F::Unreachable | F::Throttled | F::Timeout),
             _ => false,
         }

@@ -311,7 +311,11 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             )
         }
     };
-    if let Err(e) = crate::rewind::finish_locked(registry, &rec) {
+    if let Err(e) = crate::rewind::finish_locked(
+        registry,
+        &rec,
+        req.monitor.and_then(crate::TreeMonitor::view),
+    ) {
         return from_error(e, "lock");
     }
     if started.elapsed() > req.timeout {

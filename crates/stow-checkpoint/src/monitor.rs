@@ -15,8 +15,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::bucket::WorkspaceBucket;
 use crate::format::FileProps;
 use crate::ignorefile::Rules;
 use crate::scan::{restat, Scan};
@@ -29,12 +30,29 @@ use crate::watch::{Changes, TreeWatch};
 #[derive(Default)]
 pub struct TreeMonitor {
     kept: Mutex<Option<Kept>>,
+    /// The workspace's bucket view when this process owns it (`workspace
+    /// serve`): captures and rewinds then read and write the private
+    /// objects through it, as the store admits one owner at a time.
+    view: Option<Arc<WorkspaceBucket>>,
 }
 
 impl TreeMonitor {
     /// A monitor with nothing kept yet: the first capture scans the tree.
     pub fn new() -> TreeMonitor {
         TreeMonitor::default()
+    }
+
+    /// A monitor of a process that owns the workspace's bucket view.
+    pub fn owning(view: Arc<WorkspaceBucket>) -> TreeMonitor {
+        TreeMonitor {
+            view: Some(view),
+            ..TreeMonitor::default()
+        }
+    }
+
+    /// The bucket view this process owns, if it does.
+    pub(crate) fn view(&self) -> Option<&WorkspaceBucket> {
+        self.view.as_deref()
     }
 
     /// Whether a capture left its watch here: the next capture (with the

@@ -39,12 +39,14 @@ impl ObjectSnapshot {
 }
 
 /// Reads every private-store object of a workspace (files of the primary
-/// bucket are captured as files). A running server owns the store: capture
-/// then reports `in_progress`.
+/// bucket are captured as files), through `owned` when this process owns
+/// the view. A server in another process owns the store: capture then
+/// reports `in_progress`.
 pub(super) fn snapshot_objects(
     root: &Path,
     primary: &str,
     include_sensitive: bool,
+    owned: Option<&crate::bucket::WorkspaceBucket>,
 ) -> Result<ObjectSnapshot> {
     let dir = crate::bucket::private_store_dir(root);
     let mut snap = ObjectSnapshot {
@@ -53,10 +55,17 @@ pub(super) fn snapshot_objects(
         excluded: Vec::new(),
         file_props: HashMap::new(),
     };
-    if !dir.exists() {
+    if owned.is_none() && !dir.exists() {
         return Ok(snap);
     }
-    let view = crate::bucket::WorkspaceBucket::open(root, primary)?;
+    let opened;
+    let view = match owned {
+        Some(v) => v,
+        None => {
+            opened = crate::bucket::WorkspaceBucket::open(root, primary)?;
+            &opened
+        }
+    };
     snap.file_props = view
         .file_properties()?
         .into_iter()

@@ -176,7 +176,7 @@ pub fn status_monitored(
     let rec = registry.get(ws)?;
     // An interrupted rewind is finished first: the tree is then one the
     // history knows.
-    crate::rewind::finish_pending(registry, ws)?;
+    crate::rewind::finish_pending_in(registry, ws, monitor.and_then(TreeMonitor::view))?;
     let checkpoint_id = match against {
         Some(id) => {
             check_checkpoint_id(id)?;

@@ -173,7 +173,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                         cursor.as_deref(),
                     )?),
                 },
-                WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+                WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
                 WatchReply::Captured { .. }
                 | WatchReply::Keyed { .. }
                 | WatchReply::Rewound { .. } => Err(crate::workspace::mismatched_reply()),
@@ -219,7 +219,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                 };
                 match watch_service::rewind(&registry, &call, progress) {
                     WatchReply::Rewound { result } => *result,
-                    WatchReply::Refused { code, message } => {
+                    WatchReply::Refused { code, message, .. } => {
                         return Err(CliError::new(code, message))
                     }
                     WatchReply::Captured { .. }

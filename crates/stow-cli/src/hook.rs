@@ -86,7 +86,7 @@ fn hook(payload_arg: Option<String>, print: bool) -> Result<Value, CliError> {
         },
         WatchReply::Captured { result } if print => crate::workspace::json(result),
         WatchReply::Captured { .. } => Ok(Value::Null),
-        WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
         WatchReply::Rewound { .. } | WatchReply::Status { .. } => {
             Err(crate::workspace::mismatched_reply())
         }

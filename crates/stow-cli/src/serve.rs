@@ -166,9 +166,14 @@ pub fn run_workspace(
     listen.check()?;
     let served =
         stow_workspace::open::serve_workspace(registry, id, args.max_bytes, args.max_objects)?;
-    // CLI captures of the served workspace read only what changed while
-    // the server runs (another `workspace watch` may already serve them).
-    let _watch = match stow_checkpoint::watch_service::WatchService::start(registry, id) {
+    let view = Arc::new(served.view);
+    // CLI captures and rewinds of the served workspace go through this
+    // process (which owns the bucket view) and read only what changed
+    // while the server runs (another `workspace watch` may already serve
+    // them).
+    let watched =
+        stow_checkpoint::watch_service::WatchService::start_owning(registry, id, Arc::clone(&view));
+    let _watch = match watched {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(error = %e, "captures of this workspace are not watched");
@@ -176,14 +181,14 @@ pub fn run_workspace(
         }
     };
     let quota = served.quota;
-    let max_uploads = served.view.store().options().max_uploads;
+    let max_uploads = view.store().options().max_uploads;
     let description = serde_json::to_value(&served.description).map_err(|e| {
         refuse(
             "internal",
             format!("cannot encode the readiness record: {e}"),
         )
     })?;
-    let config = listen.config(Arc::new(served.view));
+    let config = listen.config(view);
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
     run_server(
         config,

@@ -416,7 +416,7 @@ fn captured(reply: WatchReply) -> Result<serde_json::Value, CliError> {
                 ..CliError::new(e.code.clone(), message.unwrap_or_default())
             }),
         },
-        WatchReply::Refused { code, message } => Err(CliError::new(code, message)),
+        WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
         WatchReply::Rewound { .. } | WatchReply::Status { .. } => Err(mismatched_reply()),
     }
 }

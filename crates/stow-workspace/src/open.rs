@@ -174,6 +174,9 @@ pub fn serve_workspace(
         registry.get(id)?
     };
     let quota = ViewQuota::narrowed(&record, max_bytes, max_objects)?;
+    // A rewind interrupted part way is finished before the tree and its
+    // objects are served (it needs the store this server is about to own).
+    stow_checkpoint::rewind::finish_pending(registry, id)?;
     let claimed = claim_record(record)?;
     let record = claimed.record;
     let description = describe(registry, &record, claimed.working_directory, None, true)?;

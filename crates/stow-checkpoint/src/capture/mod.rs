@@ -124,7 +124,7 @@ pub fn capture(registry: &Registry, ws: &str, opts: &CaptureOptions) -> Result<C
     let _capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
         .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
     let _registry_lock = registry.lock()?;
-    crate::rewind::finish_locked(registry, &rec)?;
+    crate::rewind::finish_locked(registry, &rec, opts.monitor.and_then(TreeMonitor::view))?;
     let id = format!("cp_{}", random_hex(12));
     capture_locked(registry, &rec, &id, opts, None)
 }

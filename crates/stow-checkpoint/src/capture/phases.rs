@@ -183,7 +183,10 @@ impl Capture<'_> {
         let (rec, opts) = (self.rec, self.opts);
         opts.spec
             .portable
-            .then(|| snapshot_objects(&rec.dir, &rec.bucket, opts.spec.include_sensitive))
+            .then(|| {
+                let owned = opts.monitor.and_then(|m| m.view());
+                snapshot_objects(&rec.dir, &rec.bucket, opts.spec.include_sensitive, owned)
+            })
             .transpose()
     }
 

@@ -83,21 +83,29 @@ fn is(now: Option<&Current>, entry: Option<&ObjectEntry>) -> bool {
 }
 
 /// Makes the bucket view of `rec` what checkpoint `target` holds, where it
-/// is what `undo` holds.
+/// is what `undo` holds; through `owned` when this process owns the view.
 pub(crate) fn rewind_bucket(
     registry: &Registry,
     rec: &Record,
     undo: &str,
     target: &str,
     applied: &mut Applied,
+    owned: Option<&WorkspaceBucket>,
 ) -> Result<()> {
     let was = load_manifest(registry, undo)?;
     let want = load_manifest(registry, target)?;
-    let view = WorkspaceBucket::open(&rec.dir, &rec.bucket)?;
+    let opened;
+    let view = match owned {
+        Some(v) => v,
+        None => {
+            opened = WorkspaceBucket::open(&rec.dir, &rec.bucket)?;
+            &opened
+        }
+    };
     for b in &want.buckets {
         view.ensure_bucket(b)?;
     }
-    objects(registry, &view, &was, &want, applied)?;
+    objects(registry, view, &was, &want, applied)?;
     // Buckets the target does not hold go once empty (what is left in one
     // was written since, and stays).
     let keep: BTreeSet<&String> = want.buckets.iter().collect();

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use apply::Conflict;
 
+use crate::bucket::WorkspaceBucket;
 use crate::capture::{capture_locked, CaptureOptions, CaptureSpec};
 use crate::diff::{Change, Kind, LinkChange};
 use crate::error::{Result, WsError};
@@ -166,7 +167,8 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     let include_sensitive = req.include_sensitive;
     let mut clock = PhaseClock::start("rewind");
     let _locks = lock(registry, ws)?;
-    finish_locked(registry, &rec)?;
+    let owned = req.monitor.and_then(TreeMonitor::view);
+    finish_locked(registry, &rec, owned)?;
     // A rewind killed before its journal left at most a stage.
     remove_stages(&rec.dir);
     let key = req.request_key.map(|k| KeyDigests::of(ws, k, req, &scope));
@@ -270,7 +272,7 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     }
     clock.lap("journal");
     crate::fault::point("rewind.journaled");
-    let done = run_journal(registry, &rec.dir, &j, applier);
+    let done = run_journal(registry, &rec.dir, &j, applier, owned);
     clock.lap("apply");
     done.map_err(|e| {
         // Past the journal the rewind is part way: whoever next takes the
@@ -289,6 +291,7 @@ fn run_journal(
     root: &std::path::Path,
     j: &Journal,
     mut applier: Applier,
+    owned: Option<&WorkspaceBucket>,
 ) -> Result<RewindResult> {
     for (n, step) in j.steps.iter().enumerate() {
         applier.run(n, step);
@@ -298,7 +301,7 @@ fn run_journal(
     let mut applied = applier.applied;
     if j.bucket {
         let rec = registry.get(&j.workspace_id)?;
-        bucket::rewind_bucket(registry, &rec, &j.undo, &j.target, &mut applied)?;
+        bucket::rewind_bucket(registry, &rec, &j.undo, &j.target, &mut applied, owned)?;
     }
     history::set_head(registry, &j.workspace_id, &j.head)?;
     let result = RewindResult {
@@ -435,9 +438,14 @@ fn lock(registry: &Registry, ws: &str) -> Result<(FileLock, FileLock)> {
 }
 
 /// Finishes an interrupted rewind of `rec`, the caller holding the
-/// workspace's capture lock and the registry lock. Nothing to do (the
+/// workspace's capture lock and the registry lock (and, in a process that
+/// owns the bucket view, passing it in `owned`). Nothing to do (the
 /// common case) costs one `stat`.
-pub(crate) fn finish_locked(registry: &Registry, rec: &Record) -> Result<Option<RewindResult>> {
+pub(crate) fn finish_locked(
+    registry: &Registry,
+    rec: &Record,
+    owned: Option<&WorkspaceBucket>,
+) -> Result<Option<RewindResult>> {
     let Some(j) = journal::read(registry, &rec.id)? else {
         return Ok(None);
     };
@@ -447,7 +455,7 @@ pub(crate) fn finish_locked(registry: &Registry, rec: &Record) -> Result<Option<
     let cache = StatCache::load(&cache_path(registry, &rec.id));
     let applier = Applier::new(registry, &rec.dir, stage, cache, true);
     tracing::info!(workspace = %rec.id, target = %j.target, "finishing an interrupted rewind");
-    run_journal(registry, &rec.dir, &j, applier).map(Some)
+    run_journal(registry, &rec.dir, &j, applier, owned).map(Some)
 }
 
 /// Finishes an interrupted rewind of workspace `ws`, if there is one
@@ -455,13 +463,23 @@ pub(crate) fn finish_locked(registry: &Registry, rec: &Record) -> Result<Option<
 /// their own locks). `in_progress` when another process holds the
 /// workspace.
 pub fn finish_pending(registry: &Registry, ws: &str) -> Result<Option<RewindResult>> {
+    finish_pending_in(registry, ws, None)
+}
+
+/// [`finish_pending`] in a process that may own the workspace's bucket
+/// view (`owned`).
+pub(crate) fn finish_pending_in(
+    registry: &Registry,
+    ws: &str,
+    owned: Option<&WorkspaceBucket>,
+) -> Result<Option<RewindResult>> {
     check_workspace_id(ws)?;
     if !journal::exists(registry, ws) {
         return Ok(None);
     }
     let rec = registry.get(ws)?;
     let _locks = lock(registry, ws)?;
-    finish_locked(registry, &rec)
+    finish_locked(registry, &rec, owned)
 }
 
 /// Finishes every interrupted rewind of the partition (`workspace

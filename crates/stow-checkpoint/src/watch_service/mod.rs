@@ -173,7 +173,13 @@ pub enum WatchReply {
     /// A status's result.
     Status { result: Box<StatusResult> },
     /// A plain capture or a rewind refused (or failed) with this code.
-    Refused { code: String, message: String },
+    Refused {
+        code: String,
+        message: String,
+        /// Whether the same request may succeed when sent again.
+        #[serde(default)]
+        retryable: bool,
+    },
 }
 
 impl WatchReply {
@@ -181,6 +187,7 @@ impl WatchReply {
         WatchReply::Refused {
             code: e.code().to_string(),
             message: e.to_string(),
+            retryable: e.retryable(),
         }
     }
 }
@@ -233,11 +240,24 @@ pub fn capture(
     req: &CaptureRequest,
     progress: Option<&dyn Progress>,
 ) -> WatchReply {
+    capture_in(registry, req, progress, None)
+}
+
+/// [`capture`] from a long-lived process with its own `monitor` of the
+/// workspace (the MCP server), used when no service takes the request: a
+/// running `workspace serve` owns the bucket view a portable capture reads,
+/// so its service must take that capture.
+pub fn capture_in(
+    registry: &Registry,
+    req: &CaptureRequest,
+    progress: Option<&dyn Progress>,
+    monitor: Option<&TreeMonitor>,
+) -> WatchReply {
     deliver(
         registry,
         &Request::Capture(req.clone()),
         req.timeout_nanos,
-        || req.run(registry, None, progress),
+        || req.run(registry, monitor, progress),
         || {
             format!(
                 "the watch serving workspace {} stopped during the capture; whether a \
@@ -256,11 +276,22 @@ pub fn rewind(
     call: &RewindCall,
     progress: Option<&dyn Progress>,
 ) -> WatchReply {
+    rewind_in(registry, call, progress, None)
+}
+
+/// [`rewind`] from a long-lived process with its own `monitor` of the
+/// workspace (see [`capture_in`]).
+pub fn rewind_in(
+    registry: &Registry,
+    call: &RewindCall,
+    progress: Option<&dyn Progress>,
+    monitor: Option<&TreeMonitor>,
+) -> WatchReply {
     deliver(
         registry,
         &Request::Rewind(call.clone()),
         0,
-        || call.run(registry, None, progress),
+        || call.run(registry, monitor, progress),
         || {
             format!(
                 "the watch serving workspace {} stopped during the rewind; the next rewind, \
@@ -287,10 +318,7 @@ fn deliver(
         Delivery::Answered(reply) => *reply,
         Delivery::Untaken => here(),
         Delivery::Lost if request.is_repeatable() => here(),
-        Delivery::Lost => WatchReply::Refused {
-            code: "outcome_unknown".into(),
-            message: lost(),
-        },
+        Delivery::Lost => WatchReply::refused(&WsError::OutcomeUnknown(lost())),
     }
 }
 

@@ -55,6 +55,21 @@ impl WatchService {
     /// Starts serving captures of workspace `ws`. Refused with `not_found`
     /// for an unknown workspace and `in_use` while another service runs.
     pub fn start(registry: &Registry, ws: &str) -> Result<WatchService> {
+        Self::start_with(registry, ws, TreeMonitor::new())
+    }
+
+    /// [`WatchService::start`] in a process that owns the workspace's
+    /// bucket view (`workspace serve`): portable captures and rewinds it
+    /// serves read and write the private objects through `view`.
+    pub fn start_owning(
+        registry: &Registry,
+        ws: &str,
+        view: Arc<crate::bucket::WorkspaceBucket>,
+    ) -> Result<WatchService> {
+        Self::start_with(registry, ws, TreeMonitor::owning(view))
+    }
+
+    fn start_with(registry: &Registry, ws: &str, monitor: TreeMonitor) -> Result<WatchService> {
         crate::paths::check_workspace_id(ws)?;
         registry.get(ws)?;
         let dir = watch_dir(registry);
@@ -73,7 +88,7 @@ impl WatchService {
         let shared = Arc::new(Shared {
             registry: registry.clone(),
             workspace_id: ws.to_string(),
-            monitor: TreeMonitor::new(),
+            monitor,
             stopping: AtomicBool::new(false),
             active: Mutex::new(0),
             idle: Condvar::new(),
@@ -147,10 +162,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
             let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
             if *active >= MAX_ACTIVE {
                 drop(active);
-                let busy = WatchReply::Refused {
-                    code: "in_use".into(),
-                    message: format!("the watch is serving {MAX_ACTIVE} requests; retry"),
-                };
+                let busy = WatchReply::refused(&WsError::Busy(format!(
+                    "the watch is serving {MAX_ACTIVE} requests; retry"
+                )));
                 let _ = answer(&stream, busy);
                 continue;
             }
@@ -203,10 +217,7 @@ fn serve_one(shared: &Shared, stream: UnixStream) {
 }
 
 fn refused(message: String) -> WatchReply {
-    WatchReply::Refused {
-        code: "invalid_request".into(),
-        message,
-    }
+    WatchReply::refused(&WsError::InvalidRequest(message))
 }
 
 fn answer(mut stream: &UnixStream, reply: WatchReply) -> std::io::Result<()> {

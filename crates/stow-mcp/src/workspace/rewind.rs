@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 use stow_checkpoint::rewind::{rewind, RewindRequest, RewindResult};
+use stow_checkpoint::watch_service::{self, RewindCall, WatchReply};
 use stow_checkpoint::{self as checkpoint, LinkChange, WsError};
 
 use super::envelope::{ErrorView, RewindView, WsEnvelope};
@@ -129,19 +130,42 @@ impl WorkspaceCore {
             );
         }
         let monitor = self.monitor_for(&a.workspace_id);
+        let registry = &self.settings().registry;
+        if !a.dry_run {
+            // Through the workspace's watch service when one runs (a
+            // `workspace serve` owns the objects a portable rewind writes),
+            // else here with this server's monitor.
+            let call = RewindCall {
+                workspace_id: a.workspace_id,
+                to: a.checkpoint_id,
+                paths: a.paths,
+                message: None,
+                request_key: Some(a.request_key),
+                // MCP captures never hold sensitive paths: never touched.
+                include_sensitive: false,
+            };
+            return match watch_service::rewind_in(registry, &call, None, Some(&monitor)) {
+                WatchReply::Rewound { result } => rewind_envelope(*result),
+                WatchReply::Refused {
+                    code,
+                    message,
+                    retryable,
+                } => refused_reply(&code, message, retryable),
+                other => mismatched(&other),
+            };
+        }
         let req = RewindRequest {
             workspace_id: &a.workspace_id,
             to: &a.checkpoint_id,
             paths: a.paths,
-            dry_run: a.dry_run,
-            // MCP captures never hold sensitive paths: never touched.
+            dry_run: true,
             include_sensitive: false,
             message: None,
             request_key: Some(&a.request_key),
             progress: None,
             monitor: Some(&monitor),
         };
-        match rewind(&self.settings().registry, &req) {
+        match rewind(registry, &req) {
             Ok(r) => rewind_envelope(r),
             Err(e @ WsError::OutcomeUnknown(_)) => {
                 let mut env = WsEnvelope::from_error("unknown", "apply", &e);
@@ -154,6 +178,34 @@ impl WorkspaceCore {
             Err(e) => WsEnvelope::from_error("not_committed", "validate", &e),
         }
     }
+}
+
+/// The envelope of a request a watch service (or this process in its
+/// stead) refused: `outcome_unknown` is an unknown outcome, retryable with
+/// its key; anything else changed nothing.
+pub(super) fn refused_reply(code: &str, message: String, retryable: bool) -> WsEnvelope {
+    let unknown = code == WsError::OutcomeUnknown(String::new()).code();
+    let (outcome, phase) = if unknown {
+        ("unknown", "apply")
+    } else {
+        ("not_committed", "validate")
+    };
+    let mut env = WsEnvelope::refused(outcome, code, phase, message);
+    if let Some(err) = env.error.as_mut() {
+        err.attempts = 1;
+        err.retryable = retryable || unknown;
+    }
+    env
+}
+
+/// A watch service answered with a reply of another kind.
+pub(super) fn mismatched(reply: &WatchReply) -> WsEnvelope {
+    WsEnvelope::refused(
+        "unknown",
+        "internal",
+        "apply",
+        format!("the watch service answered with a reply of another kind: {reply:?}"),
+    )
 }
 
 /// The envelope of a rewind that ran (committed, conflicts or not) or was

@@ -10,7 +10,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use stow_checkpoint::keyed::{keyed_capture, KeyedEnvelope, KeyedRequest};
+use stow_checkpoint::keyed::KeyedEnvelope;
+use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply};
 use stow_checkpoint::{self as checkpoint, CaptureSpec, CheckpointManifest, TreeMonitor};
 use stow_checkpoint::{archive::ArchiveLimits, WsError};
 use stow_workspace::bundle;
@@ -200,7 +201,11 @@ impl WorkspaceCore {
             }
         };
         let monitor = self.monitor_for(&a.workspace_id);
-        let req = KeyedRequest {
+        // Through the workspace's watch service when one runs (a
+        // `workspace serve` owns the objects a portable capture reads),
+        // else here with this server's monitor.
+        let req = CaptureRequest {
+            workspace_id: a.workspace_id,
             spec: CaptureSpec {
                 parent: a.parent_id.filter(|p| !p.is_empty()),
                 max_bytes,
@@ -210,13 +215,28 @@ impl WorkspaceCore {
                 no_ignore: false,
                 message: None,
             },
-            monitor: Some(&monitor),
-            workspace_id: &a.workspace_id,
-            request_key: &a.request_key,
+            request_key: Some(a.request_key),
             resolve,
-            timeout: self.settings.timeout,
+            timeout_nanos: u64::try_from(self.settings.timeout.as_nanos()).unwrap_or(u64::MAX),
         };
-        capture_envelope(keyed_capture(&self.settings.registry, &req))
+        match watch_service::capture_in(&self.settings.registry, &req, None, Some(&monitor)) {
+            WatchReply::Keyed {
+                mut envelope,
+                message,
+            } => {
+                // The error's message travels beside the envelope.
+                if let (Some(e), Some(m)) = (envelope.error.as_mut(), message) {
+                    e.message = m;
+                }
+                capture_envelope(envelope)
+            }
+            WatchReply::Refused {
+                code,
+                message,
+                retryable,
+            } => super::rewind::refused_reply(&code, message, retryable),
+            other => super::rewind::mismatched(&other),
+        }
     }
 
     /// The watch kept over `workspace` for its captures (made if needed).
