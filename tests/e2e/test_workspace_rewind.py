@@ -579,3 +579,27 @@ def test_a_dry_run_counts_what_the_rewind_then_does(stow_bin, workdir, env):
     r = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
     assert (plan["written"], plan["deleted"]) == (r["written"], r["deleted"]) == (3, 1), (plan, r)
     assert plan["unchanged"] == r["unchanged"]
+
+
+def test_a_scope_naming_nothing_is_refused_and_a_clean_undo_keeps_its_message(stow_bin, workdir, env):
+    repo, ws, cp, at_cp, edited = edited_repo(stow_bin, workdir, env)
+    log = ok(stow_bin, "log", env=env, cwd=repo)
+    # A --paths typo: refused before anything is captured or moved.
+    rc, doc, _ = run(stow_bin, "rewind", "--to", cp, "--paths", "no/such/dir", env=env, cwd=repo)
+    assert (rc, doc["error"]["code"]) == (1, "invalid_request"), doc
+    assert "no/such/dir" in doc["error"]["message"]
+    assert ok(stow_bin, "log", env=env, cwd=repo) == log and content(repo) == edited
+    # A path only the checkpoint holds (deleted since) is a real scope.
+    deleted = next(p for p, v in sorted(at_cp.items()) if p not in edited and v[0] == "file")
+    r = ok(stow_bin, "rewind", "--to", cp, "--paths", deleted, env=env, cwd=repo)
+    assert r["written"] == 1 and content(repo)[deleted] == at_cp[deleted]
+    # A clean tree's undo is its head, unless a message asks for its own.
+    ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    head = ok(stow_bin, "log", env=env, cwd=repo)["head"]
+    plain = ok(stow_bin, "rewind", "--to", cp, env=env, cwd=repo)
+    assert plain["undo_checkpoint_id"] == head
+    named = ok(stow_bin, "rewind", "--to", cp, "--message", "kept for later", env=env, cwd=repo)
+    assert named["undo_checkpoint_id"] != head
+    first = ok(stow_bin, "log", "--limit", "1", env=env, cwd=repo)["checkpoints"][0]
+    assert (first["checkpoint_id"], first["message"], first["origin"]) == \
+        (named["undo_checkpoint_id"], "kept for later", "rewind")

@@ -73,8 +73,8 @@ pub enum WsError {
     /// The parent checkpoint is missing or belongs to another workspace.
     #[error("invalid parent: {0}")]
     InvalidParent(String),
-    /// Another capture of this workspace holds its lock.
-    #[error("another capture of workspace {0} is in progress")]
+    /// Another capture (or rewind) of this workspace holds its lock.
+    #[error("another capture or rewind of workspace {0} is in progress")]
     InProgress(String),
     /// The tree changed during a capture.
     #[error("the workspace changed during capture: {0}")]

@@ -188,6 +188,7 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
             rec.dir.display()
         )));
     }
+    check_scope_names_something(registry, &rec, req.to, &scope)?;
     let head = history::head(registry, ws)?;
     let undo = capture_locked(
         registry,
@@ -207,7 +208,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
                 ..Default::default()
             },
             origin: Some(Origin::Rewind),
-            same_as: head,
+            // A clean tree's undo is its head, unless a message asks for a
+            // checkpoint of its own.
+            same_as: head.filter(|_| req.message.is_none()),
             monitor: req.monitor,
             progress: req.progress,
             ..Default::default()
@@ -435,6 +438,39 @@ fn lock(registry: &Registry, ws: &str) -> Result<(FileLock, FileLock)> {
     let capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
         .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
     Ok((capture, registry.lock()?))
+}
+
+/// Refuses a scope path that names nothing in the tree or in the target
+/// (a typo would otherwise move the head to an undo checkpoint and change
+/// nothing).
+fn check_scope_names_something(
+    registry: &Registry,
+    rec: &Record,
+    to: &str,
+    scope: &[String],
+) -> Result<()> {
+    let absent: Vec<&String> = scope
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(rec.dir.join(p)).is_err())
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    let m = load_manifest(registry, to)?;
+    let within = |path: &str, p: &str| {
+        path == p || (path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/'))
+    };
+    let names = |p: &str| {
+        m.files.iter().any(|f| within(&f.path, p))
+            || m.links.iter().any(|l| within(&l.path, p))
+            || m.dirs.iter().any(|d| within(&d.path, p))
+    };
+    match absent.into_iter().find(|p| !names(p)) {
+        Some(p) => Err(WsError::InvalidRequest(format!(
+            "--paths {p}: nothing there in the tree or in checkpoint {to}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Finishes an interrupted rewind of `rec`, the caller holding the
