@@ -691,3 +691,45 @@ def test_nested_gitignore_files_leave_out_what_git_leaves_out(stow_bin, workdir,
     captured = sorted(str(p.relative_to(restored)) for p in restored.rglob("*")
                       if p.is_file() and p.relative_to(restored).parts[0] != ".stow")
     assert captured == git_files()
+
+
+def test_a_watch_sees_rule_changes_that_ignore_themselves_exclude_edits_and_dir_modes(stow_bin, workdir, env):
+    """Found by review: a nested `.gitignore` of `*` (what pytest or ruff
+    caches write) ignores itself, so its event was filtered by the new rules
+    and a watch kept a stale scan; `.git/info/exclude` is not watched; a
+    directory's mode change was dropped. Through a watch, status and
+    checkpoints must agree with a fresh read in every case."""
+    repo = workdir / "repo"
+    (repo / "out").mkdir(parents=True)
+    (repo / "out" / "a").write_text("a")
+    (repo / "keep.log").write_text("l")
+    (repo / "sub").mkdir()
+    (repo / "sub" / "f.txt").write_text("f")
+    git(repo, "init", "-q", env=env)
+    ok(stow_bin, "attach", cwd=repo, env=env)
+    ok(stow_bin, "checkpoint", cwd=repo, env=env)
+    watcher = subprocess.Popen([stow_bin, "workspace", "watch"], cwd=repo, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stdout.readline(), watcher.stderr.read()
+        assert ok(stow_bin, "status", cwd=repo, env=env)["clean"] is True
+        # A .gitignore that ignores everything in its directory, itself too.
+        (repo / "out" / ".gitignore").write_text("*\n")
+        st = ok(stow_bin, "status", cwd=repo, env=env)
+        assert [(c["path"], c["kind"]) for c in st["changes"]] == [("out/a", "deleted")], st
+        # The exclude file (under .git, which is never watched).
+        (repo / ".git" / "info" / "exclude").write_text("keep.log\n")
+        st = ok(stow_bin, "status", cwd=repo, env=env)
+        assert [(c["path"], c["kind"]) for c in st["changes"]] == \
+            [("keep.log", "deleted"), ("out/a", "deleted")], st
+        # A directory's mode is recorded: a checkpoint through the watch
+        # holds the new one.
+        os.chmod(repo / "sub", 0o700)
+        cp = ok(stow_bin, "checkpoint", cwd=repo, env=env)
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+    restored = workdir / "restored"
+    ok(stow_bin, "restore", "--checkpoint-id", cp["checkpoint_id"], "--root", restored, env=env)
+    assert stat.S_IMODE(os.stat(restored / "sub").st_mode) == 0o700
+    assert not (restored / "out" / "a").exists() and not (restored / "keep.log").exists()

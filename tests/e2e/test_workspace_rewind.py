@@ -18,6 +18,7 @@ import pytest
 from test_workspace_attach import (  # noqa: F401  (env is a fixture)
     default_registry,
     env,
+    git,
     git_status,
     make_repo,
     ok,
@@ -603,3 +604,36 @@ def test_a_scope_naming_nothing_is_refused_and_a_clean_undo_keeps_its_message(st
     first = ok(stow_bin, "log", "--limit", "1", env=env, cwd=repo)["checkpoints"][0]
     assert (first["checkpoint_id"], first["message"], first["origin"]) == \
         (named["undo_checkpoint_id"], "kept for later", "rewind")
+
+
+def test_nested_gitignore_rules_of_the_target_and_symlinked_directories(stow_bin, workdir, env):
+    """Found by review: (1) a rewind deleted files the target's nested
+    `.gitignore` kept out once the rules changed (only the root's were
+    honoured); (2) a `.gitignore` reached through a directory replaced by a
+    symlink (pointing outside) was applied, and kept a rewind from writing
+    the directory back."""
+    repo = workdir / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "sub" / ".gitignore").write_text("*.tmp\n")
+    (repo / "sub" / "a.tmp").write_text("scratch")
+    (repo / "sub" / "x.txt").write_text("x")
+    git(repo, "init", "-q", env=env)
+    ok(stow_bin, "attach", cwd=repo, env=env)
+    cp = ok(stow_bin, "checkpoint", cwd=repo, env=env)["checkpoint_id"]
+    (repo / "sub" / ".gitignore").write_text("")
+    r = ok(stow_bin, "rewind", "--to", cp, cwd=repo, env=env)
+    assert (repo / "sub" / "a.tmp").read_text() == "scratch", r
+    assert (repo / "sub" / ".gitignore").read_text() == "*.tmp\n"
+
+    outside = workdir / "outside"
+    outside.mkdir()
+    (outside / ".gitignore").write_text("*\n")
+    shutil.rmtree(repo / "sub")
+    os.symlink(outside, repo / "sub")
+    plan = ok(stow_bin, "rewind", "--to", cp, "--dry-run", cwd=repo, env=env)
+    r = ok(stow_bin, "rewind", "--to", cp, cwd=repo, env=env)
+    assert r["written"] == plan["written"] and r["written"] >= 2, (plan, r)
+    assert (repo / "sub").is_dir() and not (repo / "sub").is_symlink()
+    assert (repo / "sub" / "x.txt").read_text() == "x"
+    assert ok(stow_bin, "status", cwd=repo, env=env)["clean"] is True
+    assert sorted(os.listdir(outside)) == [".gitignore"]

@@ -19,6 +19,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
 use crate::error::{Result, WsError};
+use crate::statcache::FileStamp;
 
 /// The ignore file's name, at the workspace root.
 pub const IGNORE_FILE: &str = ".stowignore";
@@ -36,10 +37,35 @@ pub(crate) struct Rules {
     /// The root's `.gitignore` and the exclude file, in one matcher (the
     /// `.gitignore` added last, so it wins).
     git_root: Option<Gitignore>,
-    /// Whether `.gitignore` files below the root are read.
-    nested: bool,
-    /// Directory (slash path, never the root) → its `.gitignore`, if any.
-    below: RwLock<HashMap<String, Option<Arc<Gitignore>>>>,
+    /// Where `.gitignore` files below the root come from.
+    nested: Nested,
+    /// Directory (slash path, never the root) → what it holds.
+    below: RwLock<HashMap<String, Below>>,
+    /// The exclude file as read (`.git` is never watched: a monitor
+    /// compares this to know the rules it kept a scan under still hold).
+    exclude: Option<FileStamp>,
+}
+
+/// Where a tree's nested `.gitignore` files come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nested {
+    /// Nowhere: only the root's rules apply.
+    None,
+    /// The tree on disk, read when first asked.
+    Tree,
+    /// Given up front (a checkpoint's own files); a directory not given
+    /// has none.
+    Given,
+}
+
+/// One directory below the root, as the rules know it.
+#[derive(Clone, Default)]
+struct Below {
+    /// A real directory (neither it nor any directory above it is a
+    /// symbolic link): only such a directory's `.gitignore` applies, as a
+    /// scan never enters a link.
+    real: bool,
+    rules: Option<Arc<Gitignore>>,
 }
 
 impl Rules {
@@ -50,12 +76,12 @@ impl Rules {
                 return m.is_ignore();
             }
         }
-        if self.nested {
+        if self.nested != Nested::None {
             // The path's own directory first, then up towards the root.
             let mut dir = rel;
             while let Some((parent, _)) = dir.rsplit_once('/') {
                 dir = parent;
-                if let Some(g) = self.below(dir) {
+                if let Some(g) = self.below(dir).rules {
                     let m = g.matched(&rel[dir.len() + 1..], is_dir);
                     if !m.is_none() {
                         return m.is_ignore();
@@ -68,8 +94,13 @@ impl Rules {
             .is_some_and(|g| matches!(g.matched(rel, is_dir), Match::Ignore(_)))
     }
 
-    /// The `.gitignore` of directory `dir` (read once).
-    fn below(&self, dir: &str) -> Option<Arc<Gitignore>> {
+    /// The exclude file's stamp when these rules were read.
+    pub(crate) fn exclude_stamp(&self) -> Option<FileStamp> {
+        self.exclude
+    }
+
+    /// Directory `dir` (read from the tree once).
+    fn below(&self, dir: &str) -> Below {
         if let Some(known) = self
             .below
             .read()
@@ -78,23 +109,39 @@ impl Rules {
         {
             return known.clone();
         }
+        if self.nested != Nested::Tree {
+            return Below::default();
+        }
+        let parent_real = match dir.rsplit_once('/') {
+            Some((parent, _)) => self.below(parent).real,
+            None => true,
+        };
         let abs = self.root.join(dir);
+        let real =
+            parent_real && std::fs::symlink_metadata(&abs).is_ok_and(|m| m.file_type().is_dir());
         let path = abs.join(GIT_IGNORE_FILE);
-        let read = match regular_file(&path) {
-            Ok(true) => {
+        let rules = match real && regular_file(&path).unwrap_or(false) {
+            true => {
                 let mut b = GitignoreBuilder::new(&abs);
                 let _partial_errors = b.add(&path);
                 b.build().ok().map(Arc::new)
             }
             // Not there (or unreadable): nothing of it applies.
-            _ => None,
+            false => None,
         };
+        let entry = Below { real, rules };
         self.below
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(dir.to_string(), read.clone());
-        read
+            .insert(dir.to_string(), entry.clone());
+        entry
     }
+}
+
+/// Whether a file named `name` is one the rules are read from (at any
+/// depth: a nested `.gitignore` rules its directory).
+pub(crate) fn is_rules_file(name: &str) -> bool {
+    name == IGNORE_FILE || name == GIT_IGNORE_FILE
 }
 
 /// The rules a capture of `root` applies: `.stowignore`, and with
@@ -138,25 +185,37 @@ pub(crate) fn load(root: &Path, gitignore: bool) -> Result<Option<Rules>> {
         root: root.to_path_buf(),
         stow,
         git_root,
-        nested: gitignore,
+        nested: if gitignore {
+            Nested::Tree
+        } else {
+            Nested::None
+        },
         below: RwLock::default(),
+        exclude: exclude_stamp(root, gitignore),
     }))
 }
 
-/// The rules a capture applied whose root `.gitignore` and `.stowignore`
-/// held `git` and `stow` (a checkpoint's own copies), with the
-/// repository's exclude file as it is now (`gitignore`: attached
-/// workspaces); `None` when there are none. Lines that do not parse are
-/// skipped: these rules only keep paths, never refuse. (Nested
-/// `.gitignore` files are not part of them.)
+/// The stamp of `root`'s exclude file, read for attached workspaces.
+fn exclude_stamp(root: &Path, gitignore: bool) -> Option<FileStamp> {
+    gitignore
+        .then(|| FileStamp::of(&root.join(".git").join("info").join("exclude")))
+        .flatten()
+}
+
+/// The rules a capture applied whose `.gitignore` files held `git` (by
+/// directory, "" for the root) and whose root `.stowignore` held `stow` (a
+/// checkpoint's own copies), with the repository's exclude file as it is
+/// now (`gitignore`: attached workspaces); `None` when there are none.
+/// Lines that do not parse are skipped: these rules only keep paths,
+/// never refuse.
 pub(crate) fn from_contents(
     root: &Path,
     gitignore: bool,
-    git: Option<&[u8]>,
+    git: &HashMap<String, Vec<u8>>,
     stow: Option<&[u8]>,
 ) -> Result<Option<Rules>> {
-    let build = |files: &[Option<&[u8]>], exclude: bool| -> Result<Option<Gitignore>> {
-        let mut b = GitignoreBuilder::new(root);
+    let build = |dir: &str, files: &[Option<&[u8]>], exclude: bool| -> Result<Option<Gitignore>> {
+        let mut b = GitignoreBuilder::new(root.join(dir));
         let mut any = false;
         let path = root.join(".git").join("info").join("exclude");
         if exclude && regular_file(&path)? {
@@ -176,17 +235,24 @@ pub(crate) fn from_contents(
             .map(Some)
             .map_err(|e| WsError::InvalidRequest(format!("ignore rules of a checkpoint: {e}")))
     };
-    let git_root = build(&[git], gitignore)?;
-    let stow = build(&[stow], false)?;
-    if git_root.is_none() && stow.is_none() {
+    let git = if gitignore { git } else { &HashMap::new() };
+    let git_root = build("", &[git.get("").map(Vec::as_slice)], gitignore)?;
+    let stow = build("", &[stow], false)?;
+    let mut below = HashMap::new();
+    for (dir, text) in git.iter().filter(|(dir, _)| !dir.is_empty()) {
+        let rules = build(dir, &[Some(text)], false)?.map(Arc::new);
+        below.insert(dir.clone(), Below { real: true, rules });
+    }
+    if git_root.is_none() && stow.is_none() && below.is_empty() {
         return Ok(None);
     }
     Ok(Some(Rules {
         root: root.to_path_buf(),
         stow,
         git_root,
-        nested: false,
-        below: RwLock::default(),
+        nested: Nested::Given,
+        below: RwLock::new(below),
+        exclude: exclude_stamp(root, gitignore),
     }))
 }
 

@@ -122,6 +122,8 @@ pub(super) struct Kept {
     pub props: HashMap<String, FileProps>,
     /// Files hashed since the stat cache file was last written.
     pub unwritten: u64,
+    /// The exclude file's stamp under the rules the scan was read by.
+    pub exclude: Option<FileStamp>,
 }
 
 /// A kept scan brought up to date: the tree as it is now, and the paths
@@ -147,6 +149,10 @@ impl Kept {
         ignore: Option<&Rules>,
         cache_file: &Path,
     ) -> Option<Refreshed> {
+        // `.git` is not watched: its exclude file is compared instead.
+        if ignore.and_then(Rules::exclude_stamp) != self.exclude {
+            return None;
+        }
         let Changes::Paths(mut changed) = self.watch.changes(self.key.include_sensitive, ignore)
         else {
             return None;

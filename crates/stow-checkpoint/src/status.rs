@@ -348,6 +348,7 @@ impl Reader<'_> {
             nodes: r.nodes,
             props: r.props,
             unwritten: r.unwritten,
+            exclude: self.rules.and_then(Rules::exclude_stamp),
         });
         compared
     }
@@ -378,6 +379,7 @@ impl Reader<'_> {
             nodes: HashMap::new(),
             props: HashMap::new(),
             unwritten: 0,
+            exclude: self.rules.and_then(Rules::exclude_stamp),
         });
         Ok(compared)
     }

@@ -81,10 +81,10 @@ fn ignored(
     if !content_only {
         return false;
     }
-    // Directory modes are not captured; a directory's own content changes
-    // arrive on its own watch.
+    // A directory's attributes are its mode, which its parent's node
+    // records: a change (its own content changes arrive on its own watch).
     if is_dir {
-        return true;
+        return false;
     }
     if sens {
         return false;
@@ -300,9 +300,13 @@ mod imp {
                 } else {
                     format!("{rel}/{name}")
                 };
-                // A path `.stowignore` keeps out is not captured: its changes
-                // are none of the capture's business.
-                if rules.is_some_and(|r| crate::ignorefile::is_ignored(r, &path, is_dir)) {
+                // A path the ignore rules keep out is not captured: its
+                // changes are none of the capture's business. An ignore
+                // file always is: it changes the rules themselves, even
+                // when they now ignore it.
+                if !crate::ignorefile::is_rules_file(&name)
+                    && rules.is_some_and(|r| crate::ignorefile::is_ignored(r, &path, is_dir))
+                {
                     continue;
                 }
                 if ignored(*depth, rel, &name, is_dir, content_only, sens) {
@@ -425,13 +429,17 @@ mod tests {
             verdict_after(|r| fs::remove_dir_all(r.join(".git")).unwrap(), false),
             Verdict::Unchanged
         );
-        // Directory modes are not captured.
+    }
+
+    #[test]
+    fn a_directory_mode_is_a_change() {
+        // Its parent's tree node records it.
         assert_eq!(
             verdict_after(
                 |r| fs::set_permissions(r.join("sub"), fs::Permissions::from_mode(0o700)).unwrap(),
                 false
             ),
-            Verdict::Unchanged
+            Verdict::Changed
         );
     }
 

@@ -198,7 +198,8 @@ pub(crate) fn capture_locked(
         Err((e, left)) => (Err(e), left),
     };
     if let (Some(monitor), Some(watch)) = (opts.monitor, read.watch) {
-        keep_for_monitor(monitor, key, watch, read.before, read.reuse, left);
+        let exclude = rules.as_ref().and_then(Rules::exclude_stamp);
+        keep_for_monitor(monitor, key, watch, read.before, read.reuse, left, exclude);
     }
     result
 }
@@ -337,6 +338,7 @@ fn keep_for_monitor(
     scan: Scan,
     reuse: Option<Reuse>,
     left: Left,
+    exclude: Option<FileStamp>,
 ) {
     let (pending, cache, nodes, props, unwritten) = match left {
         Left::Committed(c) => {
@@ -372,5 +374,6 @@ fn keep_for_monitor(
         nodes,
         props,
         unwritten,
+        exclude,
     });
 }

@@ -336,28 +336,28 @@ fn run_journal(
 }
 
 /// The ignore rules the target was captured under: its own root
-/// `.stowignore` and (attached workspaces) `.gitignore`, with the
-/// repository's exclude file as it is now.
+/// `.stowignore` and (attached workspaces) every `.gitignore` it holds,
+/// with the repository's exclude file as it is now. (`want` may be
+/// expanded only where it differs from the undo capture; the directories
+/// above a differing one differ too, so every `.gitignore` that rules a
+/// planned path is there.)
 fn target_rules(
     registry: &Registry,
     rec: &Record,
     want: &CheckpointManifest,
 ) -> Result<Option<Rules>> {
     use crate::ignorefile::{GIT_IGNORE_FILE, IGNORE_FILE};
-    let file = |name: &str| -> Result<Option<Vec<u8>>> {
-        want.files
-            .iter()
-            .find(|f| f.path == name)
-            .map(|f| crate::blobs::read_blob(registry, f))
-            .transpose()
-    };
-    let git = if rec.gitignore {
-        file(GIT_IGNORE_FILE)?
-    } else {
-        None
-    };
-    let stow = file(IGNORE_FILE)?;
-    crate::ignorefile::from_contents(&rec.dir, rec.gitignore, git.as_deref(), stow.as_deref())
+    let mut git = std::collections::HashMap::new();
+    let mut stow = None;
+    for f in &want.files {
+        let (dir, name) = f.path.rsplit_once('/').unwrap_or(("", f.path.as_str()));
+        if rec.gitignore && name == GIT_IGNORE_FILE {
+            git.insert(dir.to_string(), crate::blobs::read_blob(registry, f)?);
+        } else if f.path == IGNORE_FILE {
+            stow = Some(crate::blobs::read_blob(registry, f)?);
+        }
+    }
+    crate::ignorefile::from_contents(&rec.dir, rec.gitignore, &git, stow.as_deref())
 }
 
 /// A published checkpoint's manifest version (2: portable).
