@@ -16,12 +16,12 @@
 //! monitor's kept scan is brought up to date from its watch's events and
 //! the nodes of unchanged directories are the last capture's.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::capture::cached_digests;
+use crate::capture::{cached_digest, cached_digests};
 use crate::diff::{diff_files, diff_links, Change, Kind, LinkChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, FileEntry};
@@ -33,10 +33,10 @@ use crate::monitor::{CaptureKey, ChangedDirs, Kept, TreeMonitor};
 use crate::paths::{check_checkpoint_id, is_sensitive};
 use crate::progress::PhaseClock;
 use crate::registry::{Record, Registry};
-use crate::scan::{parent_dir, scan, Scan, Scanned};
+use crate::scan::{scan, Scan, Scanned};
 use crate::statcache::{unhex32, FileStamp, StatCache};
 use crate::stored::{layout, load_manifest};
-use crate::tree::{build, expand_differing_in, Expanded};
+use crate::tree::{build_reusing, direct_members, expand_differing_in, reused_nodes, Expanded};
 use crate::watch::TreeWatch;
 
 /// The live tree against a checkpoint.
@@ -393,28 +393,38 @@ impl Reader<'_> {
         reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
     ) -> Result<(Expanded, Expanded)> {
         // Only the files of directories whose node is built here need
-        // their digests (a reused node already names its files').
-        let rebuilt: HashSet<&str> = std::iter::once("")
+        // their digests (a reused node already names its files'): after a
+        // few changes, a few directories' files, found by binary search.
+        let reused = reused_nodes(scan, reuse);
+        let rebuilt: Vec<&str> = std::iter::once("")
             .chain(scan.dirs.iter().map(|d| d.path.as_str()))
-            .filter(|d| reuse(d).is_none())
+            .zip(&reused)
+            .filter_map(|(d, r)| r.is_none().then_some(d))
             .collect();
-        let (wanted, files): (Vec<usize>, Vec<&Scanned>) = scan
-            .files
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| rebuilt.contains(parent_dir(&f.path)))
-            .unzip();
-        let found = digests(
-            &self.rec.dir,
-            &files,
-            cached_digests(cache, files.iter().copied()),
-        )?;
+        let (wanted, cached): (Vec<usize>, Vec<Option<[u8; 32]>>) =
+            if rebuilt.len() == scan.dirs.len() + 1 {
+                let all = cached_digests(cache, &scan.files);
+                ((0..scan.files.len()).collect(), all)
+            } else {
+                let mut wanted: Vec<usize> = rebuilt
+                    .iter()
+                    .flat_map(|d| direct_members(&scan.files, |f| &f.path, d))
+                    .collect();
+                wanted.sort_unstable();
+                let cached = wanted
+                    .iter()
+                    .map(|&i| cached_digest(cache, &scan.files[i]))
+                    .collect();
+                (wanted, cached)
+            };
+        let files: Vec<&Scanned> = wanted.iter().map(|&i| &scan.files[i]).collect();
+        let found = digests(&self.rec.dir, &files, cached)?;
         let mut all = vec![[0u8; 32]; scan.files.len()];
         for (i, sha) in wanted.into_iter().zip(found) {
             all[i] = sha;
         }
         self.lap("digests");
-        let built = build(scan, &all, None, reuse)?;
+        let built = build_reusing(scan, &all, None, reused)?;
         self.lap("nodes");
         let in_memory: HashMap<[u8; 32], &[u8]> = built
             .nodes

@@ -70,7 +70,7 @@ fn split_parent(path: &str) -> (&str, &str) {
 /// The indexes of the entries of `list` (sorted by `key`, a slash path)
 /// directly in directory `dir` ("" for the root). A subdirectory's
 /// entries are skipped by one binary search: they lie in `["sub/", "sub0")`.
-fn direct_members<T>(list: &[T], key: impl Fn(&T) -> &str, dir: &str) -> Vec<usize> {
+pub(crate) fn direct_members<T>(list: &[T], key: impl Fn(&T) -> &str, dir: &str) -> Vec<usize> {
     let prefix = if dir.is_empty() {
         String::new()
     } else {
@@ -107,6 +107,28 @@ pub(crate) fn build(
     props: Option<&HashMap<String, FileProps>>,
     reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
 ) -> Result<BuiltTree> {
+    build_reusing(scan, digests, props, reused_nodes(scan, reuse))
+}
+
+/// Each directory's node `reuse` names: slot 0 is the root, slot i + 1 is
+/// `scan.dirs[i]` (the order [`build_reusing`] takes).
+pub(crate) fn reused_nodes(
+    scan: &Scan,
+    reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
+) -> Vec<Option<[u8; 32]>> {
+    std::iter::once(reuse(""))
+        .chain(scan.dirs.iter().map(|d| reuse(&d.path)))
+        .collect()
+}
+
+/// [`build`] with each directory's reusable node given by slot (see
+/// [`reused_nodes`]).
+pub(crate) fn build_reusing(
+    scan: &Scan,
+    digests: &[[u8; 32]],
+    props: Option<&HashMap<String, FileProps>>,
+    reused: Vec<Option<[u8; 32]>>,
+) -> Result<BuiltTree> {
     // Slot 0 is the root, slot i + 1 is `scan.dirs[i]`.
     let dir_path = |s: usize| {
         if s == 0 {
@@ -115,7 +137,11 @@ pub(crate) fn build(
             scan.dirs[s - 1].path.as_str()
         }
     };
-    let reused: Vec<Option<[u8; 32]>> = (0..=scan.dirs.len()).map(|s| reuse(dir_path(s))).collect();
+    if reused.len() != scan.dirs.len() + 1 {
+        return Err(WsError::InvalidRequest(
+            "reused nodes do not match the scan's directories".into(),
+        ));
+    }
     // Only directories whose node is built need their members, found by
     // binary search in the scan's sorted lists: a capture after a few
     // changes looks at the directories on their paths, not the tree.

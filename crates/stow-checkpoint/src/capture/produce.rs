@@ -33,14 +33,31 @@ pub(crate) fn cached_digests<'a>(
                     entries.next_if(|c| c.path == f.path)?
                 }
             };
-            let same = c.size == f.size
-                && c.mode == f.mode
-                && c.mtime_ns == f.mtime_ns
-                && c.ctime_ns == f.ctime_ns
-                && c.ino == f.ino;
-            (same && f.mtime_ns < cache.scan_start_ns).then_some(c.sha256)
+            vouches(cache, c, f).then_some(c.sha256)
         })
         .collect()
+}
+
+/// The cached digest of one file (a few files of a large scan: found by
+/// binary search rather than a pass over the whole cache).
+pub(crate) fn cached_digest(cache: &StatCache, f: &Scanned) -> Option<[u8; 32]> {
+    let i = cache
+        .entries
+        .binary_search_by(|c| c.path.as_ref().cmp(f.path.as_ref()))
+        .ok()?;
+    let c = cache.entries.get(i)?;
+    vouches(cache, c, f).then_some(c.sha256)
+}
+
+/// Whether cache entry `c` vouches for file `f`: the same stat fields,
+/// and not racily clean (written no earlier than the cached scan began).
+fn vouches(cache: &StatCache, c: &CacheEntry, f: &Scanned) -> bool {
+    c.size == f.size
+        && c.mode == f.mode
+        && c.mtime_ns == f.mtime_ns
+        && c.ctime_ns == f.ctime_ns
+        && c.ino == f.ino
+        && f.mtime_ns < cache.scan_start_ns
 }
 
 /// The payloads of a capture's files: every file's digest (scan order;
