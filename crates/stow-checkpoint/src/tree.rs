@@ -90,11 +90,24 @@ pub(crate) fn direct_members<T>(list: &[T], key: impl Fn(&T) -> &str, dir: &str)
             }
             Some(slash) => {
                 let end = format!("{}0", &path[..prefix.len() + slash]);
-                i += list[i..].partition_point(|e| key(e) < end.as_str());
+                i += gallop(&list[i..], |e| key(e) < end.as_str());
             }
         }
     }
     out
+}
+
+/// `list.partition_point(before)`, searched from the front in doubling
+/// steps: a subdirectory's entries are usually a short run, so its end is
+/// found in a few comparisons wherever it lies in a large list.
+fn gallop<T>(list: &[T], before: impl Fn(&T) -> bool) -> usize {
+    let mut hi = 1;
+    while hi < list.len() && list.get(hi).is_some_and(&before) {
+        hi *= 2;
+    }
+    let lo = hi / 2;
+    let hi = hi.min(list.len());
+    lo + list[lo..hi].partition_point(before)
 }
 
 /// Builds the nodes of scan `scan`, whose files have the digests
@@ -738,6 +751,20 @@ mod tests {
             expand_differing(&registry, &a, &a).unwrap().0.files.len(),
             0
         );
+    }
+
+    #[test]
+    fn gallop_finds_the_partition_point_anywhere() {
+        for len in 0..70usize {
+            let list: Vec<usize> = (0..len).collect();
+            for cut in 0..=len {
+                assert_eq!(
+                    super::gallop(&list, |&x| x < cut),
+                    cut,
+                    "len {len} cut {cut}"
+                );
+            }
+        }
     }
 
     #[test]
