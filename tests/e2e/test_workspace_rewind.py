@@ -637,3 +637,44 @@ def test_nested_gitignore_rules_of_the_target_and_symlinked_directories(stow_bin
     assert (repo / "sub" / "x.txt").read_text() == "x"
     assert ok(stow_bin, "status", cwd=repo, env=env)["clean"] is True
     assert sorted(os.listdir(outside)) == [".gitignore"]
+
+
+def test_s3_writes_wait_for_a_rewind_the_server_runs(stow_bin, workdir, env):
+    """A rewind handed to `workspace serve` holds the server's S3 writes
+    off until it is done: a PUT sent mid-rewind lands after it (never part
+    way, so the rewind reports no conflict) and is what stays."""
+    from s3server import WorkspaceServer
+
+    repo = make_repo(workdir / "repo", env)
+    reg = workdir / "reg"
+    ws = ok(stow_bin, "attach", "--registry-dir", reg, env=env, cwd=repo)["workspace_id"]
+    cli = ["--id", ws, "--registry-dir", reg]
+    server = WorkspaceServer(stow_bin, ws, reg, "--port", "0",
+                             env={**env, "STOW_TEST_FAULT": "rewind.step@1500"})
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="side")
+        s3.put_object(Bucket="side", Key="k1", Body=b"one")
+        cp = ok(stow_bin, "checkpoint", "--portable", *cli, env=env)["checkpoint_id"]
+        s3.put_object(Bucket="side", Key="k1", Body=b"two")
+        (repo / "README.md").write_text("edited\n")
+        done = {}
+
+        def rewind():
+            done["result"] = run(stow_bin, "rewind", "--to", cp, *cli, env=env)
+            done["at"] = time.monotonic()
+
+        t = threading.Thread(target=rewind)
+        t.start()
+        time.sleep(0.7)  # the rewind is sleeping in its file step
+        assert t.is_alive()
+        s3.put_object(Bucket="side", Key="k1", Body=b"three")
+        put_done = time.monotonic()
+        t.join(timeout=60)
+        rc, doc, err = done["result"]
+        assert rc == 0 and doc["conflicts"] == [], (doc, err)
+        assert put_done >= done["at"] - 0.2, "the PUT landed before the rewind ended"
+        assert s3.get_object(Bucket="side", Key="k1")["Body"].read() == b"three"
+        assert (repo / "README.md").read_text() != "edited\n"
+    finally:
+        assert server.stop() == 0

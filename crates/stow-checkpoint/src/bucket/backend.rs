@@ -101,6 +101,7 @@ impl ObjectBackend for WorkspaceBucket {
     }
 
     fn create_bucket(&self, name: &str) -> StoreResult<bool> {
+        let _g = self.s3_write();
         self.store.create_bucket(name)
     }
 
@@ -119,6 +120,7 @@ impl ObjectBackend for WorkspaceBucket {
                 bucket: name.to_string(),
             });
         }
+        let _g = self.s3_write();
         self.store.delete_bucket(name)
     }
 
@@ -130,6 +132,7 @@ impl ObjectBackend for WorkspaceBucket {
         mut opts: PutOptions,
     ) -> StoreResult<ObjectMeta> {
         if !self.writes_file(bucket, key)? {
+            let _g = self.s3_write();
             return self.store.put_object(bucket, key, body, opts);
         }
         let condition = std::mem::take(&mut opts.condition);
@@ -140,6 +143,8 @@ impl ObjectBackend for WorkspaceBucket {
             checksum: received.checksum.clone(),
             parts: Vec::new(),
         };
+        // The body is in; only installing it waits for a rewind.
+        let _g = self.s3_write();
         let _w = self.lock_writes();
         let current = self.current(key)?;
         condition.check(current.as_ref().map(|m| m.etag.as_str()), bucket, key)?;
@@ -224,6 +229,7 @@ impl ObjectBackend for WorkspaceBucket {
     }
 
     fn delete_object(&self, bucket: &str, key: &str) -> StoreResult<bool> {
+        let _g = self.s3_write();
         if !self.file_key(bucket, key) {
             return self.store.delete_object(bucket, key);
         }
@@ -255,6 +261,7 @@ impl ObjectBackend for WorkspaceBucket {
         dst_key: &str,
         opts: CopyOptions,
     ) -> StoreResult<ObjectMeta> {
+        let _g = self.s3_write();
         let src_is_file =
             self.file_key(src_bucket, src_key) && self.regular_file(src_key)?.is_some();
         if !src_is_file && !self.writes_file(dst_bucket, dst_key)? {
@@ -348,6 +355,7 @@ impl ObjectBackend for WorkspaceBucket {
         condition: WriteCondition,
         expected: Option<(stow_store::ChecksumAlgorithm, String)>,
     ) -> StoreResult<ObjectMeta> {
+        let _g = self.s3_write();
         if !self.writes_file(bucket, key)? {
             return self
                 .store

@@ -29,7 +29,7 @@
 //! [`ObjectBackend`] implementation dispatching to them).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use stow_store::{ObjectBackend, ObjectProps, PutOptions, Store, StoreError, StoreOptions};
@@ -67,6 +67,10 @@ pub struct WorkspaceBucket {
     /// Serializes the condition check and rename of file-backed writes, so
     /// two conditional writes of one file cannot both pass.
     writes: Mutex<()>,
+    /// S3 writes through the view hold this shared; a rewind in the
+    /// process that owns the view holds it exclusive, so the two never
+    /// interleave (ARCHITECTURE.md, "Rewind").
+    gate: RwLock<()>,
     /// The workspace's session lock, when the view claims the workspace.
     _session: Option<FileLock>,
     /// When the tree's files were last counted into the store's outside
@@ -121,6 +125,7 @@ impl WorkspaceBucket {
             store,
             props,
             writes: Mutex::new(()),
+            gate: RwLock::new(()),
             _session: None,
             counted: Mutex::new(None),
         };
@@ -156,6 +161,18 @@ impl WorkspaceBucket {
 
     pub(super) fn lock_writes(&self) -> MutexGuard<'_, ()> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds every S3 write through this view off until the guard drops
+    /// (writes in flight finish first). The view's own methods used while
+    /// it is held never wait for it.
+    pub fn hold_s3_writes(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Taken by each S3 write (shared with other writes).
+    pub(super) fn s3_write(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Creates an extra bucket (idempotent).

@@ -169,6 +169,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     let _locks = lock(registry, ws)?;
     let owned = req.monitor.and_then(TreeMonitor::view);
     finish_locked(registry, &rec, owned)?;
+    // In the process that serves the workspace over S3, its S3 writes wait
+    // until the rewind is done (they land after it, never part way).
+    let _s3_writes = owned.map(WorkspaceBucket::hold_s3_writes);
     // A rewind killed before its journal left at most a stage.
     remove_stages(&rec.dir);
     let key = req.request_key.map(|k| KeyDigests::of(ws, k, req, &scope));
@@ -491,6 +494,7 @@ pub(crate) fn finish_locked(
     let cache = StatCache::load(&cache_path(registry, &rec.id));
     let applier = Applier::new(registry, &rec.dir, stage, cache, true);
     tracing::info!(workspace = %rec.id, target = %j.target, "finishing an interrupted rewind");
+    let _s3_writes = owned.map(WorkspaceBucket::hold_s3_writes);
     run_journal(registry, &rec.dir, &j, applier, owned).map(Some)
 }
 
