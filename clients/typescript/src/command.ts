@@ -254,3 +254,61 @@ export function duration(timeout: string | number | undefined): string | undefin
 
 /** Positional operands, after `--` (a value starting with `-` is not taken for a flag). */
 export const operands = (...values: string[]): string[] => ["--", ...values];
+
+// ---- call shapes ---------------------------------------------------------
+//
+// Helpers with leading operands (an ID, a checkpoint, a path) take them
+// either positionally, followed by an options object (`checkpointWorkspace(id,
+// {parent})`), or as fields of one options object (`checkpointWorkspace({id,
+// parent})`, the shape of the reference's documentation). The overloads type
+// both; `operandsOf` tells them apart at run time.
+
+/** One leading operand: its name, and whether the call must supply it. */
+export type Operand = readonly [name: string, required: boolean];
+
+function describe(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "an array";
+  return typeof v === "object" ? "an object" : `a ${typeof v}`;
+}
+
+/**
+ * Split a helper's arguments into its operands and its options. A plain
+ * object first argument is the options-object form (operands are its fields;
+ * nothing may follow it); otherwise the first `spec.length` arguments are the
+ * operands (strings, or undefined where optional) and the next one, if any,
+ * the options. Anything else is a TypeError naming the helper — never a
+ * stringified object passed on to the CLI.
+ */
+export function operandsOf<O extends object>(
+  helper: string,
+  args: readonly unknown[],
+  spec: readonly Operand[],
+): { values: Record<string, string | undefined>; options: O } {
+  const values: Record<string, string | undefined> = {};
+  let options: O;
+  if (isObject(args[0])) {
+    if (args.length > 1 && args.slice(1).some((a) => a !== undefined)) {
+      throw new TypeError(`${helper}: pass the ${spec.map(([n]) => n).join(", ")} and options either positionally or as one options object, not both`);
+    }
+    options = args[0] as O;
+    for (const [name] of spec) values[name] = (args[0] as WorkspaceJSON)[name] as string | undefined;
+  } else {
+    for (const [i, [name]] of spec.entries()) values[name] = args[i] as string | undefined;
+    const rest = args[spec.length];
+    if (rest !== undefined && !isObject(rest)) {
+      throw new TypeError(`${helper}: options must be an object, not ${describe(rest)}`);
+    }
+    if (args.length > spec.length + 1 && args.slice(spec.length + 1).some((a) => a !== undefined)) {
+      throw new TypeError(`${helper}: takes at most ${spec.length + 1} arguments`);
+    }
+    options = (rest ?? {}) as O;
+  }
+  for (const [name, required] of spec) {
+    const v = values[name];
+    if (v === undefined && !required) continue;
+    // The CLI judges the value; here only that it is one.
+    if (typeof v !== "string") throw new TypeError(`${helper}: ${name} must be a string, not ${describe(v)}`);
+  }
+  return { values, options };
+}

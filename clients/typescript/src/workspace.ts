@@ -11,6 +11,7 @@ import {
   duration,
   isObject,
   operands,
+  operandsOf,
   registry,
   runCommand,
   runRaw,
@@ -97,10 +98,13 @@ export interface ResumeOptions extends RegistryOptions {
   handoffPath?: string;
 }
 
-/** `resume --id` or `resume --handoff`. */
-export async function resumeWorkspace(options: ResumeOptions): Promise<WorkspaceJSON> {
+/** `resume --id` or `resume --handoff`: `resumeWorkspace({id | handoffPath, registryDir})`, or `resumeWorkspace(id, options)`. */
+export function resumeWorkspace(options: ResumeOptions): Promise<WorkspaceJSON>;
+export function resumeWorkspace(id: string, options?: Omit<ResumeOptions, "id">): Promise<WorkspaceJSON>;
+export async function resumeWorkspace(...args: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<ResumeOptions>("resumeWorkspace", args, [["id", false]]);
   return runWorkspaceCommand(
-    argv(["resume"], [["--id", options.id], ["--handoff", options.handoffPath], ...registry(options)]),
+    argv(["resume"], [["--id", values.id], ["--handoff", options.handoffPath], ...registry(options)]),
     options,
   );
 }
@@ -117,10 +121,20 @@ export interface HandoffOptions extends RegistryOptions {
   output?: string;
 }
 
-/** `handoff --id`: the handoff document (with `output`, the written file read back). */
-export async function handoffWorkspace(id: string, options: HandoffOptions = {}): Promise<WorkspaceJSON> {
+export interface HandoffRequest extends HandoffOptions {
+  id: string;
+}
+
+/**
+ * `handoff --id`: the handoff document (with `output`, the written file read
+ * back). `handoffWorkspace(id, options)` or `handoffWorkspace({id, …options})`.
+ */
+export function handoffWorkspace(id: string, options?: HandoffOptions): Promise<WorkspaceJSON>;
+export function handoffWorkspace(request: HandoffRequest): Promise<WorkspaceJSON>;
+export async function handoffWorkspace(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<HandoffOptions>("handoffWorkspace", call, [["id", true]]);
   const args = argv(
-    ["handoff", "--id", id],
+    ["handoff", "--id", values.id!],
     [
       ["--checkpoint-id", options.checkpointId],
       ["--archive", options.archive],
@@ -146,12 +160,23 @@ export interface AdoptOptions extends RegistryOptions, BoundOptions {
 /**
  * `adopt --handoff --root`: verify, import and restore a portable handoff as
  * a new workspace (a handoff naming a remote pulls from it: pass its
- * credentials in `env`).
+ * credentials in `env`). `adoptWorkspaceHandoff({handoffPath, root, …})` or
+ * `adoptWorkspaceHandoff(handoffPath, root, options)`.
  */
-export async function adoptWorkspaceHandoff(options: AdoptOptions): Promise<WorkspaceJSON> {
+export function adoptWorkspaceHandoff(options: AdoptOptions): Promise<WorkspaceJSON>;
+export function adoptWorkspaceHandoff(
+  handoffPath: string,
+  root: string,
+  options?: Omit<AdoptOptions, "handoffPath" | "root">,
+): Promise<WorkspaceJSON>;
+export async function adoptWorkspaceHandoff(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<AdoptOptions>("adoptWorkspaceHandoff", call, [
+    ["handoffPath", true],
+    ["root", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["adopt", "--handoff", options.handoffPath, "--root", options.root],
+      ["adopt", "--handoff", values.handoffPath!, "--root", values.root!],
       [
         ["--timeout", duration(options.timeout)],
         ...bounds(options),
@@ -178,21 +203,31 @@ export interface CheckpointOptions extends RegistryOptions, BoundOptions {
   timeout?: string | number;
 }
 
+export interface CheckpointRequest extends CheckpointOptions {
+  /** The workspace (default: the one holding `cwd`). */
+  id?: string;
+}
+
 /**
- * `checkpoint [--id]`. With `requestKey` the result is the keyed envelope
- * (`{version, result: {outcome, checkpoint, replayed}}`); a keyed capture that
- * fails throws {@link WorkspaceCommandError} whose `document` is the envelope.
+ * `checkpoint [--id]`: `checkpointWorkspace(id, options)` or
+ * `checkpointWorkspace({id, parent, maxBytes, maxFiles, includeSensitive, …})`.
+ * With `requestKey` the result is the keyed envelope (`{version, result:
+ * {outcome, checkpoint, replayed}}`); a keyed capture that fails throws
+ * {@link WorkspaceCommandError} whose `document` is the envelope.
  *
  * With `id` undefined the CLI captures the workspace holding `options.cwd`
  * (default: the current directory), whose identity names its registry and
  * team; outside any workspace that is a `usage` error (exit 2).
  */
-export async function checkpointWorkspace(id?: string, options: CheckpointOptions = {}): Promise<WorkspaceJSON> {
+export function checkpointWorkspace(request: CheckpointRequest): Promise<WorkspaceJSON>;
+export function checkpointWorkspace(id?: string, options?: CheckpointOptions): Promise<WorkspaceJSON>;
+export async function checkpointWorkspace(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<CheckpointOptions>("checkpointWorkspace", call, [["id", false]]);
   return runWorkspaceCommand(
     argv(
       ["checkpoint"],
       [
-        ["--id", id],
+        ["--id", values.id],
         ["--message", options.message],
         ["--parent", options.parent],
         ...bounds(options),
@@ -213,62 +248,130 @@ export interface ResolveCheckpointOptions extends RegistryOptions {
   timeout?: string | number;
 }
 
-/** `checkpoint --id --request-key --resolve`: what happened to a keyed capture (never captures). */
-export async function resolveCheckpoint(id: string, requestKey: string, options: ResolveCheckpointOptions = {}): Promise<WorkspaceJSON> {
+/**
+ * `checkpoint --id --request-key --resolve`: what happened to a keyed capture (never captures).
+ * `resolveCheckpoint(id, requestKey, options)` or `resolveCheckpoint({id, requestKey, …})`.
+ */
+export function resolveCheckpoint(id: string, requestKey: string, options?: ResolveCheckpointOptions): Promise<WorkspaceJSON>;
+export function resolveCheckpoint(request: ResolveCheckpointOptions & { id: string; requestKey: string }): Promise<WorkspaceJSON>;
+export async function resolveCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<ResolveCheckpointOptions>("resolveCheckpoint", call, [
+    ["id", true],
+    ["requestKey", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["checkpoint", "--id", id, "--request-key", requestKey, "--resolve"],
+      ["checkpoint", "--id", values.id!, "--request-key", values.requestKey!, "--resolve"],
       [["--timeout", duration(options.timeout ?? "30s")], ...registry(options)],
     ),
     options,
   );
 }
 
-/** `diff --from --to`. */
-export async function diffWorkspaces(from: string, to: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(argv(["diff", "--from", from, "--to", to], registry(options)), options);
+export interface DiffRequest extends RegistryOptions {
+  from: string;
+  to: string;
 }
 
-/** `restore --checkpoint-id --root`: a new workspace from a checkpoint. */
-export async function restoreWorkspaceCheckpoint(
-  checkpointId: string,
-  root: string,
-  options: RegistryOptions & BoundOptions = {},
-): Promise<WorkspaceJSON> {
+/**
+ * `diff --from --to` (checkpoint IDs): `diffWorkspaces(from, to, options)`,
+ * `diffWorkspaces(from, to, registryDir?, team?)` or `diffWorkspaces({from, to, …options})`.
+ */
+export function diffWorkspaces(from: string, to: string, options?: RegistryOptions): Promise<WorkspaceJSON>;
+export function diffWorkspaces(from: string, to: string, registryDir?: string, team?: string): Promise<WorkspaceJSON>;
+export function diffWorkspaces(request: DiffRequest): Promise<WorkspaceJSON>;
+export async function diffWorkspaces(...call: unknown[]): Promise<WorkspaceJSON> {
+  // (from, to, registryDir?, team?): the positional registry of the reference.
+  if (typeof call[0] === "string" && (typeof call[2] === "string" || (call[2] === undefined && call[3] !== undefined))) {
+    if (call[3] !== undefined && typeof call[3] !== "string") throw new TypeError("diffWorkspaces: team must be a string");
+    if (call.length > 4) throw new TypeError("diffWorkspaces: takes at most 4 arguments");
+    call = [call[0], call[1], { registryDir: call[2], team: call[3] }];
+  }
+  const { values, options } = operandsOf<RegistryOptions>("diffWorkspaces", call, [
+    ["from", true],
+    ["to", true],
+  ]);
+  return runWorkspaceCommand(argv(["diff", "--from", values.from!, "--to", values.to!], registry(options)), options);
+}
+
+export type RestoreOptions = RegistryOptions & BoundOptions;
+
+export interface RestoreRequest extends RegistryOptions, BoundOptions {
+  checkpointId: string;
+  root: string;
+}
+
+/**
+ * `restore --checkpoint-id --root`: a new workspace from a checkpoint.
+ * `restoreWorkspaceCheckpoint(checkpointId, root, options)` or `restoreWorkspaceCheckpoint({checkpointId, root, …})`.
+ */
+export function restoreWorkspaceCheckpoint(checkpointId: string, root: string, options?: RestoreOptions): Promise<WorkspaceJSON>;
+export function restoreWorkspaceCheckpoint(request: RestoreRequest): Promise<WorkspaceJSON>;
+export async function restoreWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RestoreOptions>("restoreWorkspaceCheckpoint", call, [
+    ["checkpointId", true],
+    ["root", true],
+  ]);
   return runWorkspaceCommand(
-    argv(["restore", "--checkpoint-id", checkpointId, "--root", root], [...bounds(options), ...registry(options)]),
+    argv(["restore", "--checkpoint-id", values.checkpointId!, "--root", values.root!], [...bounds(options), ...registry(options)]),
     options,
   );
 }
 
-/** `export --checkpoint-id --output`: a new gzip tar archive. */
-export async function exportWorkspaceCheckpoint(
-  checkpointId: string,
-  output: string,
-  options: RegistryOptions & BoundOptions & { includeSensitive?: boolean } = {},
-): Promise<WorkspaceJSON> {
+export interface ArchiveOptions extends RegistryOptions, BoundOptions {
+  includeSensitive?: boolean;
+}
+
+export interface ExportRequest extends ArchiveOptions {
+  checkpointId: string;
+  output: string;
+}
+
+/**
+ * `export --checkpoint-id --output`: a new gzip tar archive.
+ * `exportWorkspaceCheckpoint(checkpointId, output, options)` or `exportWorkspaceCheckpoint({checkpointId, output, …})`.
+ */
+export function exportWorkspaceCheckpoint(checkpointId: string, output: string, options?: ArchiveOptions): Promise<WorkspaceJSON>;
+export function exportWorkspaceCheckpoint(request: ExportRequest): Promise<WorkspaceJSON>;
+export async function exportWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<ArchiveOptions>("exportWorkspaceCheckpoint", call, [
+    ["checkpointId", true],
+    ["output", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["export", "--checkpoint-id", checkpointId, "--output", output],
+      ["export", "--checkpoint-id", values.checkpointId!, "--output", values.output!],
       [...bounds(options), ["--include-sensitive", options.includeSensitive], ...registry(options)],
     ),
     options,
   );
 }
 
-/** `preview --archive`: validate an archive and list it, extracting nothing. */
-export async function previewWorkspaceArchive(archive: string, options: CommandOptions & BoundOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(argv(["preview", "--archive", archive], bounds(options)), options);
+export type PreviewOptions = CommandOptions & BoundOptions;
+
+/**
+ * `preview --archive`: validate an archive and list it, extracting nothing.
+ * `previewWorkspaceArchive(archive, options)` or `previewWorkspaceArchive({archive, …})`.
+ */
+export function previewWorkspaceArchive(archive: string, options?: PreviewOptions): Promise<WorkspaceJSON>;
+export function previewWorkspaceArchive(request: PreviewOptions & { archive: string }): Promise<WorkspaceJSON>;
+export async function previewWorkspaceArchive(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<PreviewOptions>("previewWorkspaceArchive", call, [["archive", true]]);
+  return runWorkspaceCommand(argv(["preview", "--archive", values.archive!], bounds(options)), options);
 }
 
-/** `import --archive`. */
-export async function importWorkspaceCheckpoint(
-  archive: string,
-  options: RegistryOptions & BoundOptions & { includeSensitive?: boolean } = {},
-): Promise<WorkspaceJSON> {
+export interface ImportRequest extends ArchiveOptions {
+  archive: string;
+}
+
+/** `import --archive`: `importWorkspaceCheckpoint(archive, options)` or `importWorkspaceCheckpoint({archive, …})`. */
+export function importWorkspaceCheckpoint(archive: string, options?: ArchiveOptions): Promise<WorkspaceJSON>;
+export function importWorkspaceCheckpoint(request: ImportRequest): Promise<WorkspaceJSON>;
+export async function importWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<ArchiveOptions>("importWorkspaceCheckpoint", call, [["archive", true]]);
   return runWorkspaceCommand(
     argv(
-      ["import", "--archive", archive],
+      ["import", "--archive", values.archive!],
       [...bounds(options), ["--include-sensitive", options.includeSensitive], ...registry(options)],
     ),
     options,
@@ -282,11 +385,23 @@ export interface CreateDeltaOptions extends RegistryOptions, BoundOptions {
   includeSensitive?: boolean;
 }
 
-/** `delta --from --to --output`. */
-export async function createWorkspaceDelta(options: CreateDeltaOptions): Promise<WorkspaceJSON> {
+/** `delta --from --to --output`: `createWorkspaceDelta({from, to, output, …})` or `createWorkspaceDelta(from, to, output, options)`. */
+export function createWorkspaceDelta(options: CreateDeltaOptions): Promise<WorkspaceJSON>;
+export function createWorkspaceDelta(
+  from: string,
+  to: string,
+  output: string,
+  options?: Omit<CreateDeltaOptions, "from" | "to" | "output">,
+): Promise<WorkspaceJSON>;
+export async function createWorkspaceDelta(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<CreateDeltaOptions>("createWorkspaceDelta", call, [
+    ["from", true],
+    ["to", true],
+    ["output", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["delta", "--from", options.from, "--to", options.to, "--output", options.output],
+      ["delta", "--from", values.from!, "--to", values.to!, "--output", values.output!],
       [...bounds(options), ["--include-sensitive", options.includeSensitive], ...registry(options)],
     ),
     options,
@@ -301,30 +416,48 @@ export interface ApplyDeltaOptions extends RegistryOptions {
   includeSensitive?: boolean;
 }
 
-/** `apply --delta --base [--expect-sha256]`: a new checkpoint, parent `base`. */
-export async function applyWorkspaceDelta(options: ApplyDeltaOptions): Promise<WorkspaceJSON> {
+/**
+ * `apply --delta --base [--expect-sha256]`: a new checkpoint, parent `base`.
+ * `applyWorkspaceDelta({delta, base, expectSHA256})` or `applyWorkspaceDelta(delta, base, options)`.
+ */
+export function applyWorkspaceDelta(options: ApplyDeltaOptions): Promise<WorkspaceJSON>;
+export function applyWorkspaceDelta(delta: string, base: string, options?: Omit<ApplyDeltaOptions, "delta" | "base">): Promise<WorkspaceJSON>;
+export async function applyWorkspaceDelta(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<ApplyDeltaOptions>("applyWorkspaceDelta", call, [
+    ["delta", true],
+    ["base", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["apply", "--delta", options.delta, "--base", options.base],
+      ["apply", "--delta", values.delta!, "--base", values.base!],
       [["--expect-sha256", options.expectSHA256], ["--include-sensitive", options.includeSensitive], ...registry(options)],
     ),
     options,
   );
 }
 
-/** `checkpoint-delete --checkpoint-id`. */
-export async function deleteWorkspaceCheckpoint(checkpointId: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(argv(["checkpoint-delete", "--checkpoint-id", checkpointId], registry(options)), options);
+/** `checkpoint-delete --checkpoint-id`: `deleteWorkspaceCheckpoint(checkpointId, options)` or `deleteWorkspaceCheckpoint({checkpointId, …})`. */
+export function deleteWorkspaceCheckpoint(checkpointId: string, options?: RegistryOptions): Promise<WorkspaceJSON>;
+export function deleteWorkspaceCheckpoint(request: RegistryOptions & { checkpointId: string }): Promise<WorkspaceJSON>;
+export async function deleteWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RegistryOptions>("deleteWorkspaceCheckpoint", call, [["checkpointId", true]]);
+  return runWorkspaceCommand(argv(["checkpoint-delete", "--checkpoint-id", values.checkpointId!], registry(options)), options);
 }
 
-/** `destroy --id`. */
-export async function destroyWorkspace(id: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(argv(["destroy", "--id", id], registry(options)), options);
+/** `destroy --id`: `destroyWorkspace(id, options)` or `destroyWorkspace({id, …})`. */
+export function destroyWorkspace(id: string, options?: RegistryOptions): Promise<WorkspaceJSON>;
+export function destroyWorkspace(request: RegistryOptions & { id: string }): Promise<WorkspaceJSON>;
+export async function destroyWorkspace(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RegistryOptions>("destroyWorkspace", call, [["id", true]]);
+  return runWorkspaceCommand(argv(["destroy", "--id", values.id!], registry(options)), options);
 }
 
-/** `collect`: destroy expired (TTL) workspaces. */
-export async function collectWorkspaces(options: RegistryOptions = {}): Promise<WorkspaceJSON> {
-  return runWorkspaceCommand(argv(["collect"], registry(options)), options);
+/** `collect`: destroy expired (TTL) workspaces. `collectWorkspaces(options)` or `collectWorkspaces(registryDir?)`. */
+export function collectWorkspaces(options?: RegistryOptions): Promise<WorkspaceJSON>;
+export function collectWorkspaces(registryDir?: string): Promise<WorkspaceJSON>;
+export async function collectWorkspaces(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RegistryOptions>("collectWorkspaces", call, [["registryDir", false]]);
+  return runWorkspaceCommand(argv(["collect"], registry({ ...options, registryDir: values.registryDir })), options);
 }
 
 /** `prune [--include-adopted]`: forget records whose directory is gone. */
@@ -384,8 +517,15 @@ export interface AddRemoteOptions extends RegistryOptions {
   profile?: string;
 }
 
-/** `remote add NAME URL`: name an S3 location (`url` is `s3://BUCKET[/PREFIX]`). */
-export async function addRemote(name: string, url: string, options: AddRemoteOptions = {}): Promise<WorkspaceJSON> {
+/** `remote add NAME URL`: name an S3 location (`url` is `s3://BUCKET[/PREFIX]`). `addRemote(name, url, options)` or `addRemote({name, url, …})`. */
+export function addRemote(name: string, url: string, options?: AddRemoteOptions): Promise<WorkspaceJSON>;
+export function addRemote(request: AddRemoteOptions & { name: string; url: string }): Promise<WorkspaceJSON>;
+export async function addRemote(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<AddRemoteOptions>("addRemote", call, [
+    ["name", true],
+    ["url", true],
+  ]);
+  const [name, url] = [values.name!, values.url!];
   return runRemoteCommand(
     [
       ...argv(
@@ -403,9 +543,12 @@ export async function listRemotes(options: RegistryOptions = {}): Promise<Worksp
   return runRemoteCommand(argv(["list"], registry(options)), options);
 }
 
-/** `remote remove NAME`: forget a remote (nothing on the remote is touched). */
-export async function removeRemote(name: string, options: RegistryOptions = {}): Promise<WorkspaceJSON> {
-  return runRemoteCommand([...argv(["remove"], registry(options)), ...operands(name)], options);
+/** `remote remove NAME`: forget a remote (nothing on the remote is touched). `removeRemote(name, options)` or `removeRemote({name, …})`. */
+export function removeRemote(name: string, options?: RegistryOptions): Promise<WorkspaceJSON>;
+export function removeRemote(request: RegistryOptions & { name: string }): Promise<WorkspaceJSON>;
+export async function removeRemote(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RegistryOptions>("removeRemote", call, [["name", true]]);
+  return runRemoteCommand([...argv(["remove"], registry(options)), ...operands(values.name!)], options);
 }
 
 export interface RemoteTrafficOptions extends RegistryOptions {
@@ -413,10 +556,16 @@ export interface RemoteTrafficOptions extends RegistryOptions {
   timeout?: string | number;
 }
 
-/** `remote-list --remote` (as `remote ls NAME`): the checkpoints a remote holds. */
-export async function listRemoteCheckpoints(remote: string, options: RemoteTrafficOptions = {}): Promise<WorkspaceJSON> {
+/**
+ * `remote-list --remote` (as `remote ls NAME`): the checkpoints a remote holds.
+ * `listRemoteCheckpoints(remote, options)` or `listRemoteCheckpoints({remote, …})`.
+ */
+export function listRemoteCheckpoints(remote: string, options?: RemoteTrafficOptions): Promise<WorkspaceJSON>;
+export function listRemoteCheckpoints(request: RemoteTrafficOptions & { remote: string }): Promise<WorkspaceJSON>;
+export async function listRemoteCheckpoints(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<RemoteTrafficOptions>("listRemoteCheckpoints", call, [["remote", true]]);
   return runWorkspaceCommand(
-    argv(["remote-list", "--remote", remote], [["--timeout", duration(options.timeout)], ...registry(options)]),
+    argv(["remote-list", "--remote", values.remote!], [["--timeout", duration(options.timeout)], ...registry(options)]),
     options,
   );
 }
@@ -426,11 +575,20 @@ export interface PushOptions extends RemoteTrafficOptions {
   includeSensitive?: boolean;
 }
 
-/** `push --checkpoint-id --remote`: upload the blobs the remote lacks, then the manifest. */
-export async function pushWorkspaceCheckpoint(checkpointId: string, remote: string, options: PushOptions = {}): Promise<WorkspaceJSON> {
+/**
+ * `push --checkpoint-id --remote`: upload the blobs the remote lacks, then the manifest.
+ * `pushWorkspaceCheckpoint(checkpointId, remote, options)` or `pushWorkspaceCheckpoint({checkpointId, remote, …})`.
+ */
+export function pushWorkspaceCheckpoint(checkpointId: string, remote: string, options?: PushOptions): Promise<WorkspaceJSON>;
+export function pushWorkspaceCheckpoint(request: PushOptions & { checkpointId: string; remote: string }): Promise<WorkspaceJSON>;
+export async function pushWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<PushOptions>("pushWorkspaceCheckpoint", call, [
+    ["checkpointId", true],
+    ["remote", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["push", "--checkpoint-id", checkpointId, "--remote", remote],
+      ["push", "--checkpoint-id", values.checkpointId!, "--remote", values.remote!],
       [["--timeout", duration(options.timeout)], ["--include-sensitive", options.includeSensitive], ...registry(options)],
     ),
     options,
@@ -441,11 +599,20 @@ export interface PullOptions extends RemoteTrafficOptions, BoundOptions {
   includeSensitive?: boolean;
 }
 
-/** `pull --checkpoint-id --remote`: download a remote checkpoint, verified before it is published. */
-export async function pullWorkspaceCheckpoint(checkpointId: string, remote: string, options: PullOptions = {}): Promise<WorkspaceJSON> {
+/**
+ * `pull --checkpoint-id --remote`: download a remote checkpoint, verified before it is published.
+ * `pullWorkspaceCheckpoint(checkpointId, remote, options)` or `pullWorkspaceCheckpoint({checkpointId, remote, …})`.
+ */
+export function pullWorkspaceCheckpoint(checkpointId: string, remote: string, options?: PullOptions): Promise<WorkspaceJSON>;
+export function pullWorkspaceCheckpoint(request: PullOptions & { checkpointId: string; remote: string }): Promise<WorkspaceJSON>;
+export async function pullWorkspaceCheckpoint(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<PullOptions>("pullWorkspaceCheckpoint", call, [
+    ["checkpointId", true],
+    ["remote", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["pull", "--checkpoint-id", checkpointId, "--remote", remote],
+      ["pull", "--checkpoint-id", values.checkpointId!, "--remote", values.remote!],
       [
         ["--timeout", duration(options.timeout)],
         ...bounds(options),
@@ -464,11 +631,27 @@ export interface AdoptRemoteOptions extends PullOptions {
   root: string;
 }
 
-/** `adopt --remote --checkpoint-id --root`: pull a remote checkpoint and restore it as a new, adopted workspace. */
-export async function adoptWorkspaceRemote(options: AdoptRemoteOptions): Promise<WorkspaceJSON> {
+/**
+ * `adopt --remote --checkpoint-id --root`: pull a remote checkpoint and restore it as a new, adopted workspace.
+ * `adoptWorkspaceRemote({remote, checkpointId, root, …})` or `adoptWorkspaceRemote(checkpointId, remote, root, options)`
+ * (the order of {@link pullWorkspaceCheckpoint}).
+ */
+export function adoptWorkspaceRemote(options: AdoptRemoteOptions): Promise<WorkspaceJSON>;
+export function adoptWorkspaceRemote(
+  checkpointId: string,
+  remote: string,
+  root: string,
+  options?: Omit<AdoptRemoteOptions, "checkpointId" | "remote" | "root">,
+): Promise<WorkspaceJSON>;
+export async function adoptWorkspaceRemote(...call: unknown[]): Promise<WorkspaceJSON> {
+  const { values, options } = operandsOf<AdoptRemoteOptions>("adoptWorkspaceRemote", call, [
+    ["checkpointId", true],
+    ["remote", true],
+    ["root", true],
+  ]);
   return runWorkspaceCommand(
     argv(
-      ["adopt", "--remote", options.remote, "--checkpoint-id", options.checkpointId, "--root", options.root],
+      ["adopt", "--remote", values.remote!, "--checkpoint-id", values.checkpointId!, "--root", values.root!],
       [
         ["--timeout", duration(options.timeout)],
         ...bounds(options),
@@ -543,15 +726,23 @@ export function parseWorkspaceReady(line: string): WorkspaceReady {
   return doc as WorkspaceReady;
 }
 
+export interface ServeWorkspaceRequest extends ServeWorkspaceOptions {
+  id: string;
+}
+
 /**
  * `workspace serve --id <id> --ready-fd 3 --parent-pid <this process>`:
  * resolves once the server reports readiness (within `timeoutMs`, default
  * 15 s). The server exits by itself if this process dies.
+ * `serveWorkspace(id, options)` or `serveWorkspace({id, …options})`.
  */
-export async function serveWorkspace(id: string, options: ServeWorkspaceOptions = {}): Promise<ServedWorkspace> {
+export function serveWorkspace(id: string, options?: ServeWorkspaceOptions): Promise<ServedWorkspace>;
+export function serveWorkspace(request: ServeWorkspaceRequest): Promise<ServedWorkspace>;
+export async function serveWorkspace(...call: unknown[]): Promise<ServedWorkspace> {
+  const { values, options } = operandsOf<ServeWorkspaceOptions>("serveWorkspace", call, [["id", true]]);
   const binary = options.binary ?? resolveStowBinary({ env: options.env });
   const args = argv(
-    ["workspace", "serve", "--id", id],
+    ["workspace", "serve", "--id", values.id!],
     [
       ...registry(options),
       ["--host", options.host],
