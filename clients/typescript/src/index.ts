@@ -5,6 +5,7 @@ import { join, resolve } from "node:path";
 import type { ChildProcess } from "node:child_process";
 
 import { resolveStowBinary } from "./binary.js";
+import { createBucket } from "./s3.js";
 import { isolatedEnv, spawnReady, stopChild, unrefChild, type Tail } from "./process.js";
 
 export {
@@ -18,6 +19,7 @@ export {
   type ResolveOptions,
 } from "./binary.js";
 export { StowStartError, isolatedEnv } from "./process.js";
+export { StowS3Error } from "./s3.js";
 
 /** The readiness protocol this package speaks. */
 export const READY_PROTOCOL_VERSION = 1;
@@ -108,6 +110,11 @@ export function parseReadyMessage(line: string): StowReady {
 }
 
 export interface OpenStowOptions {
+  /**
+   * The session's bucket, created before {@link openStow} returns (default:
+   * `stow-session-<16 hex>`). In a kept `dataDir` that already holds it, it is used as is.
+   */
+  bucket?: string;
   /** Data directory; kept on close. Default: a new temp dir `stow-session-*`, removed on close. */
   dataDir?: string;
   /** Storage backend (default `filesystem`, in the data directory). */
@@ -117,7 +124,7 @@ export interface OpenStowOptions {
   maxObjects?: number;
   /** Region in the credential scope (default `us-east-1`). */
   region?: string;
-  /** Time allowed for the server to report readiness (default 15 000 ms). */
+  /** Time allowed for the server to report readiness and the bucket to be created (default 15 000 ms). */
   timeoutMs?: number;
   /** Grace after SIGTERM before SIGKILL on close (default 10 000 ms). */
   stopGraceMs?: number;
@@ -135,8 +142,10 @@ export interface AwsSdkV3Config {
   forcePathStyle: true;
 }
 
-/** A private `stow-s3 serve` on 127.0.0.1 for this process. */
+/** A private `stow-s3 serve` on 127.0.0.1 for this process, with one bucket created. */
 export class StowSession {
+  /** The bucket {@link openStow} created (`opts.bucket`, else `stow-session-<16 hex>`). */
+  readonly bucket: string;
   readonly endpoint: string;
   readonly accessKeyId: string;
   readonly secretAccessKey: string;
@@ -155,6 +164,7 @@ export class StowSession {
 
   /** @internal use {@link openStow}. */
   constructor(init: {
+    bucket: string;
     ready: StowReady;
     child: ChildProcess;
     exited: Promise<void>;
@@ -164,6 +174,7 @@ export class StowSession {
     ownsDataDir: boolean;
     stopGraceMs: number;
   }) {
+    this.bucket = init.bucket;
     this.ready = init.ready;
     this.endpoint = init.ready.endpoint;
     this.accessKeyId = init.ready.accessKeyId;
@@ -202,7 +213,7 @@ export class StowSession {
     };
   }
 
-  /** Environment variables that point an AWS SDK or CLI in another process at this session. */
+  /** Environment variables that point an AWS SDK or CLI in another process at this session (and `STOW_BUCKET` at its bucket). */
   handoff(): Record<string, string> {
     if (this.closed) throw new StowSessionClosedError();
     return {
@@ -210,6 +221,7 @@ export class StowSession {
       AWS_SECRET_ACCESS_KEY: this.secretAccessKey,
       AWS_REGION: this.region,
       AWS_ENDPOINT_URL: this.endpoint,
+      STOW_BUCKET: this.bucket,
     };
   }
 
@@ -247,10 +259,14 @@ function generatedKeys(): { accessKeyId: string; secretAccessKey: string } {
 /**
  * Start a private `stow-s3 serve` (127.0.0.1, port 0, generated keys,
  * readiness on fd 3, `--parent-pid` of this process, an environment without
- * `AWS_*`/`S3_*`/`STOW_*`). The server also exits by itself when this
- * process dies. A session does not keep the event loop alive.
+ * `AWS_*`/`S3_*`/`STOW_*`) and create its bucket (`session.bucket`). The
+ * server also exits by itself when this process dies. A session does not
+ * keep the event loop alive.
  */
 export async function openStow(options: OpenStowOptions = {}): Promise<StowSession> {
+  const deadline = Date.now() + (options.timeoutMs ?? 15_000);
+  const bucket = options.bucket ?? `stow-session-${randomBytes(8).toString("hex")}`;
+  if (typeof bucket !== "string" || bucket === "") throw new TypeError("bucket must be a non-empty string");
   const binary = options.binary ?? resolveStowBinary();
   const maxBytes = positiveInt("maxBytes", options.maxBytes);
   const maxObjects = positiveInt("maxObjects", options.maxObjects);
@@ -291,6 +307,10 @@ export async function openStow(options: OpenStowOptions = {}): Promise<StowSessi
     if (ready.accessKeyId !== keys.accessKeyId || ready.secretAccessKey !== keys.secretAccessKey) {
       throw new StowProtocolError("the server reported keys other than the session's");
     }
+    await createBucket(ready, bucket, { timeoutMs: Math.max(1, deadline - Date.now()), signal: options.signal }).catch((err) => {
+      // A kept data dir may hold the bucket from an earlier session.
+      if (!(ownsDataDir === false && err.code === "BucketAlreadyOwnedByYou")) throw err;
+    });
   } catch (err) {
     await stopChild(started.child, started.exited, 2_000);
     if (ownsDataDir) rmSync(dataDir, { recursive: true, force: true });
@@ -298,6 +318,7 @@ export async function openStow(options: OpenStowOptions = {}): Promise<StowSessi
   }
   unrefChild(started.child);
   return new StowSession({
+    bucket,
     ready,
     child: started.child,
     exited: started.exited,
@@ -310,7 +331,7 @@ export async function openStow(options: OpenStowOptions = {}): Promise<StowSessi
 }
 
 /**
- * Run `fn` with a fresh session and always close it. The callback's error is
+ * Run `fn` with a fresh session (its bucket created, as by {@link openStow}) and always close it. The callback's error is
  * rethrown unchanged (a close failure after it is not allowed to hide it); a
  * close failure after a successful callback is thrown.
  */

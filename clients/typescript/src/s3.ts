@@ -1,0 +1,87 @@
+// The one S3 call the package makes itself: CreateBucket for a session's
+// bucket, signed with SigV4 (node:crypto; the package has no runtime
+// dependencies). Internal: used by ./index.ts.
+import { createHash, createHmac } from "node:crypto";
+import { request } from "node:http";
+
+/** An S3 request of the package failed: `code` is S3's error code (`BucketAlreadyExists`, …) or `network`. */
+export class StowS3Error extends Error {
+  readonly code: string;
+  /** The HTTP status (0 when no response came). */
+  readonly status: number;
+  constructor(message: string, code: string, status: number, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "StowS3Error";
+    this.code = code;
+    this.status = status;
+  }
+}
+
+export interface SignedTarget {
+  endpoint: string;
+  region: string;
+  accessKeyId: string;
+  secretAccessKey: string;
+}
+
+const sha256 = (data: string) => createHash("sha256").update(data).digest("hex");
+const hmac = (key: Buffer | string, data: string) => createHmac("sha256", key).update(data).digest();
+
+/** RFC 3986 encoding of a path segment, as SigV4 wants it. */
+function encodeSegment(s: string): string {
+  return encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/** `PUT /<bucket>` (CreateBucket, no body), signed; resolves on 200, rejects with {@link StowS3Error} otherwise. */
+export function createBucket(
+  target: SignedTarget,
+  bucket: string,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<void> {
+  const url = new URL(target.endpoint);
+  const path = `/${encodeSegment(bucket)}`;
+  const amzDate = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "");
+  const day = amzDate.slice(0, 8);
+  const payload = sha256("");
+  const headers: Record<string, string> = {
+    host: url.host,
+    "x-amz-content-sha256": payload,
+    "x-amz-date": amzDate,
+  };
+  const signed = Object.keys(headers).sort();
+  // Method, path, query, headers (each line ends in a newline), signed header names, payload hash.
+  const canonicalHeaders = signed.map((h) => `${h}:${headers[h]}\n`).join("");
+  const canonical = ["PUT", path, "", canonicalHeaders, signed.join(";"), payload].join("\n");
+  const scope = `${day}/${target.region}/s3/aws4_request`;
+  const toSign = ["AWS4-HMAC-SHA256", amzDate, scope, sha256(canonical)].join("\n");
+  let key = hmac(`AWS4${target.secretAccessKey}`, day);
+  for (const part of [target.region, "s3", "aws4_request"]) key = hmac(key, part);
+  const signature = createHmac("sha256", key).update(toSign).digest("hex");
+  headers.authorization =
+    `AWS4-HMAC-SHA256 Credential=${target.accessKeyId}/${scope}, SignedHeaders=${signed.join(";")}, Signature=${signature}`;
+  headers["content-length"] = "0";
+
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { method: "PUT", hostname: url.hostname, port: url.port, path, headers, timeout: opts.timeoutMs, signal: opts.signal },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("error", reject);
+        res.on("end", () => {
+          const status = res.statusCode ?? 0;
+          if (status === 200) return resolve();
+          const body = Buffer.concat(chunks).toString("utf8");
+          const code = /<Code>([^<]*)<\/Code>/.exec(body)?.[1] ?? `http_${status}`;
+          const message = /<Message>([^<]*)<\/Message>/.exec(body)?.[1];
+          reject(new StowS3Error(`CreateBucket ${JSON.stringify(bucket)} failed: ${status} ${code}${message ? `: ${message}` : ""}`, code, status));
+        });
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error(`CreateBucket timed out after ${opts.timeoutMs} ms`)));
+    req.on("error", (err) => {
+      reject(err instanceof StowS3Error ? err : new StowS3Error(`CreateBucket ${JSON.stringify(bucket)}: ${err.message}`, "network", 0, { cause: err }));
+    });
+    req.end();
+  });
+}
