@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import hashlib
+import hmac
+import http.client
 import os
+import re
 import secrets
 import shutil
 import string
 import subprocess
 import tempfile
 import threading
+import urllib.parse
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -36,7 +42,9 @@ __all__ = [
 
 
 class StowSessionError(RuntimeError):
-    """A session's server failed to start; ``stderr`` holds the tail of its diagnostics."""
+    """A session failed: its server did not start (``stderr`` holds the tail of its diagnostics), it
+    was used after :meth:`Session.close` (``code`` ``closed``), or a request it made was refused
+    (``code``: S3's error code)."""
 
     def __init__(self, message: str, stderr: str = "", code: str | None = None) -> None:
         self.stderr = stderr
@@ -177,6 +185,45 @@ def _boto3_client(endpoint: str, access_key: str, secret_key: str, region: str, 
         )
 
 
+def _create_bucket(endpoint: str, region: str, access_key: str, secret_key: str, bucket: str, timeout: float) -> None:
+    """``PUT /<bucket>`` signed with SigV4 (path-style, empty body)."""
+    url = urllib.parse.urlsplit(endpoint)
+    path = "/" + urllib.parse.quote(bucket, safe="-_.~")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    payload = hashlib.sha256(b"").hexdigest()
+    headers = {"host": url.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    signed = ";".join(sorted(headers))
+    canonical_headers = "".join(f"{k}:{headers[k]}\n" for k in sorted(headers))
+    canonical = "\n".join(["PUT", path, "", canonical_headers, signed, payload])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + secret_key).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
+    )
+    headers["content-length"] = "0"
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+    try:
+        conn.request("PUT", path, body=b"", headers=headers)
+        response = conn.getresponse()
+        body = response.read().decode("utf-8", "replace")
+    except OSError as err:
+        raise StowSessionError(f"CreateBucket {bucket!r}: {err}", code="network") from err
+    finally:
+        conn.close()
+    if response.status != 200:
+        found = re.search(r"<Code>([^<]*)</Code>", body)
+        code = found.group(1) if found else f"http_{response.status}"
+        message = re.search(r"<Message>([^<]*)</Message>", body)
+        detail = f": {message.group(1)}" if message else ""
+        raise StowSessionError(f"CreateBucket {bucket!r} failed: {response.status} {code}{detail}", code=code)
+
+
 def _cleanup(proc: subprocess.Popen[bytes], logs: list[Any], data_dir: str | None, grace: float) -> None:
     try:
         stop_process(proc, grace)
@@ -241,6 +288,21 @@ class Session:
     def new_bucket_name(self, prefix: str = "stow-session") -> str:
         """A fresh bucket name (nothing is created)."""
         return f"{prefix}-{secrets.token_hex(8)}"
+
+    def create_bucket(self, name: str | None = None, *, timeout: float = 15.0) -> str:
+        """Create a bucket (default name: :meth:`new_bucket_name`, ``stow-session-<16 hex>``) and return its name.
+
+        The session itself creates none; this is the TypeScript ``openStow()``'s bucket, on
+        request. A signed S3 ``CreateBucket`` with the standard library (boto3 is not needed).
+        A refusal raises :class:`StowSessionError` whose ``code`` is S3's error code
+        (``InvalidBucketName``, ...)."""
+        if self.closed:
+            raise StowSessionError("session is closed", code="closed")
+        bucket = self.new_bucket_name() if name is None else name
+        if not isinstance(bucket, str) or not bucket:
+            raise ValueError("bucket name must be a non-empty string")
+        _create_bucket(self.endpoint, self.region, self.access_key, self.secret_key, bucket, timeout)
+        return bucket
 
     def environ(self) -> dict[str, str]:
         """Environment variables that point an AWS SDK or CLI at this session."""
