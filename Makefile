@@ -2,7 +2,7 @@
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
-.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test fmt bench-store soak
+.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test fmt bench-store soak fuzz
 
 test: fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test
 
@@ -45,6 +45,21 @@ python-client-test:
 node-client-test:
 	$(CARGO) build --bin stow-s3
 	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && STOW_BIN=$(TARGET_DIR)/debug/stow-s3 npm test
+
+# Coverage-guided fuzzing (fuzz/, cargo-fuzz on the nightly toolchain:
+# `cargo install cargo-fuzz`): each target for FUZZ_SECONDS, starting from
+# its seeds in fuzz/corpus/<target> (never written); what it finds goes to
+# fuzz/work/<target>, crashes to fuzz/artifacts/<target>. A crash's input,
+# once fixed, is copied into fuzz/corpus/<target>: `make test` replays the
+# corpus (crates/stow-workspace/tests/fuzz_corpus.rs). FUZZ_TARGETS picks.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= tree_node stat_cache manifest_document archive_preview delta_document task_manifest handoff_document
+
+fuzz:
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p work/$$t && \
+		$(CARGO) +nightly fuzz run $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 || exit 1; \
+	done
 
 fmt:
 	$(CARGO) fmt --all

@@ -44,6 +44,8 @@
 mod error;
 pub mod fault;
 pub mod fsutil;
+#[doc(hidden)]
+pub mod fuzzing;
 mod layout;
 pub mod parallel;
 pub mod paths;

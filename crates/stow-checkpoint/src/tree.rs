@@ -297,7 +297,7 @@ pub(crate) struct Expanded {
 }
 
 /// One decoded node.
-struct Node {
+pub(crate) struct Node {
     files: Vec<FileEntry>,
     dirs: Vec<(String, u32, [u8; 32])>,
     links: Vec<LinkEntry>,
@@ -517,7 +517,7 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn decode_node(bytes: &[u8]) -> Option<Node> {
+pub(crate) fn decode_node(bytes: &[u8]) -> Option<Node> {
     let mut c = Cursor(bytes.strip_prefix(MAGIC.as_slice())?);
     let mut last = None;
     let n = c.count(49)?;

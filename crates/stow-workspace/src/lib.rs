@@ -17,6 +17,8 @@ pub mod admin;
 pub mod attach;
 pub mod bundle;
 mod describe;
+#[doc(hidden)]
+pub mod fuzzing;
 mod git;
 pub mod handoff;
 mod identity;

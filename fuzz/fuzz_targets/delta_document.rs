@@ -1,0 +1,6 @@
+#![no_main]
+//! Fuzz target `delta_document`: see `stow_workspace::fuzzing`.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    stow_workspace::fuzzing::run("delta_document", data);
+});
