@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, WsError};
 use crate::format::{summaries, Origin, Summary};
-use crate::fsutil::{atomic_write, create_private_dir, hex};
+use crate::fsutil::{atomic_write, create_private_dir};
 use crate::layout::{checkpoints_dir, state};
 use crate::paths::check_workspace_id;
 use crate::registry::Registry;
@@ -351,20 +351,12 @@ const CURSOR_PREFIX: &str = "log1:";
 
 /// An opaque cursor bound to the workspace: the last checkpoint listed.
 fn encode_cursor(ws: &str, last: &str) -> String {
-    hex(format!("{CURSOR_PREFIX}{ws}:{last}").as_bytes())
+    crate::cursor::encode(&format!("{CURSOR_PREFIX}{ws}:{last}"))
 }
 
 fn decode_cursor(cursor: &str, ws: &str) -> Result<String> {
     let bad = || WsError::InvalidRequest("invalid cursor (not from this workspace's log)".into());
-    if !cursor.len().is_multiple_of(2) || cursor.len() > 512 {
-        return Err(bad());
-    }
-    let bytes: Option<Vec<u8>> = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
-    let rest = text.strip_prefix(CURSOR_PREFIX).ok_or_else(bad)?;
+    let rest = crate::cursor::decode(cursor, CURSOR_PREFIX, 512).ok_or_else(bad)?;
     let (owner, last) = rest.split_once(':').ok_or_else(bad)?;
     if owner != ws || crate::paths::check_checkpoint_id(last).is_err() {
         return Err(bad());
@@ -462,7 +454,7 @@ mod tests {
         assert!(decode_cursor(&c, "ws_0000000000000002").is_err());
         assert!(decode_cursor("zz", "ws_0000000000000001").is_err());
         assert!(decode_cursor(
-            &hex(b"log1:ws_0000000000000001:../x"),
+            &crate::fsutil::hex(b"log1:ws_0000000000000001:../x"),
             "ws_0000000000000001"
         )
         .is_err());

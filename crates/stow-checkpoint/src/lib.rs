@@ -65,6 +65,7 @@ mod watch;
 mod blobs;
 mod capture;
 mod check;
+mod cursor;
 mod delete;
 mod diff;
 mod format;

@@ -123,7 +123,7 @@ pub fn page(mut s: StatusResult, limit: usize, cursor: Option<&str>) -> Result<S
 /// An opaque cursor bound to the workspace and the checkpoint compared
 /// with: the last entry listed.
 fn encode_cursor(ws: &str, checkpoint: &str, path: &str, rank: u8) -> String {
-    hex(format!("{CURSOR_PREFIX}{ws}:{checkpoint}:{rank}:{path}").as_bytes())
+    crate::cursor::encode(&format!("{CURSOR_PREFIX}{ws}:{checkpoint}:{rank}:{path}"))
 }
 
 fn decode_cursor(cursor: &str, ws: &str, checkpoint: &str) -> Result<(String, u8)> {
@@ -132,15 +132,7 @@ fn decode_cursor(cursor: &str, ws: &str, checkpoint: &str) -> Result<(String, u8
             "invalid cursor (not from a status of this workspace against this checkpoint)".into(),
         )
     };
-    if !cursor.len().is_multiple_of(2) || cursor.len() > 16_384 {
-        return Err(bad());
-    }
-    let bytes: Option<Vec<u8>> = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
-    let rest = text.strip_prefix(CURSOR_PREFIX).ok_or_else(bad)?;
+    let rest = crate::cursor::decode(cursor, CURSOR_PREFIX, 16_384).ok_or_else(bad)?;
     let mut parts = rest.splitn(4, ':');
     let (Some(owner), Some(cp), Some(rank), Some(path)) =
         (parts.next(), parts.next(), parts.next(), parts.next())
