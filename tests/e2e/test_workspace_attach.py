@@ -7,6 +7,7 @@ as they were."""
 import hashlib
 import json
 import os
+import pathlib
 import re
 import select
 import shutil
@@ -733,3 +734,40 @@ def test_a_watch_sees_rule_changes_that_ignore_themselves_exclude_edits_and_dir_
     ok(stow_bin, "restore", "--checkpoint-id", cp["checkpoint_id"], "--root", restored, env=env)
     assert stat.S_IMODE(os.stat(restored / "sub").st_mode) == 0o700
     assert not (restored / "out" / "a").exists() and not (restored / "keep.log").exists()
+
+
+def test_the_users_global_git_excludes_apply_as_in_git(stow_bin, workdir, env):
+    """Found by review: git also leaves out what the user's global excludes
+    file ignores (`$XDG_CONFIG_HOME/git/ignore`, editor swap files and the
+    like); a capture did not. Its edits reach a running watch's status
+    too (the file is not in the tree: its stamp is compared)."""
+    repo = workdir / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a")
+    (repo / "a.txt.swp").write_text("swap")
+    (repo / "notes.bak").write_text("bak")
+    git(repo, "init", "-q", env=env)
+    global_ignore = pathlib.Path(env["XDG_CONFIG_HOME"]) / "git" / "ignore"
+    global_ignore.parent.mkdir(parents=True)
+    global_ignore.write_text("*.swp\n")
+
+    def git_files():
+        listed = git(repo, "ls-files", "--others", "--exclude-standard", env=env).splitlines()
+        return sorted(p for p in listed if not p.startswith(".stow/"))
+
+    ok(stow_bin, "attach", cwd=repo, env=env)
+    cp = ok(stow_bin, "checkpoint", cwd=repo, env=env)
+    assert git_files() == ["a.txt", "notes.bak"]
+    assert cp["files"] == 2, cp
+    watcher = subprocess.Popen([stow_bin, "workspace", "watch"], cwd=repo, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stdout.readline(), watcher.stderr.read()
+        assert ok(stow_bin, "status", cwd=repo, env=env)["clean"] is True
+        global_ignore.write_text("*.swp\n*.bak\n")
+        st = ok(stow_bin, "status", cwd=repo, env=env)
+        assert [(c["path"], c["kind"]) for c in st["changes"]] == [("notes.bak", "deleted")], st
+        assert git_files() == ["a.txt"]
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)

@@ -3,7 +3,10 @@
 //! `ignore` crate, the matcher ripgrep uses for `.gitignore`.
 //!
 //! An attached workspace (recorded with `gitignore`) also leaves out what
-//! git ignores there: `.git/info/exclude`, the root's `.gitignore`, and the
+//! git ignores there: the user's global excludes file (git's default,
+//! `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`; a
+//! `core.excludesFile` setting is not read), `.git/info/exclude`, the
+//! root's `.gitignore`, and the
 //! `.gitignore` of every directory below, each matched relative to its own
 //! directory. Precedence, first decided wins: `.stowignore`, then the
 //! `.gitignore` files from the path's own directory up to the root, then
@@ -41,9 +44,9 @@ pub(crate) struct Rules {
     nested: Nested,
     /// Directory (slash path, never the root) → what it holds.
     below: RwLock<HashMap<String, Below>>,
-    /// The exclude file as read (`.git` is never watched: a monitor
-    /// compares this to know the rules it kept a scan under still hold).
-    exclude: Option<FileStamp>,
+    /// The excludes files as read (neither is watched: a monitor compares
+    /// these to know the rules it kept a scan under still hold).
+    exclude: ExcludeStamps,
 }
 
 /// Where a tree's nested `.gitignore` files come from.
@@ -94,8 +97,8 @@ impl Rules {
             .is_some_and(|g| matches!(g.matched(rel, is_dir), Match::Ignore(_)))
     }
 
-    /// The exclude file's stamp when these rules were read.
-    pub(crate) fn exclude_stamp(&self) -> Option<FileStamp> {
+    /// The excludes files' stamps when these rules were read.
+    pub(crate) fn exclude_stamp(&self) -> ExcludeStamps {
         self.exclude
     }
 
@@ -150,13 +153,20 @@ pub(crate) fn is_rules_file(name: &str) -> bool {
 pub(crate) fn load(root: &Path, gitignore: bool) -> Result<Option<Rules>> {
     let mut git_root = None;
     if gitignore {
-        // Later files win, as in git: the exclude file, then `.gitignore`.
+        // Later files win, as in git: the excludes files, then `.gitignore`.
         let mut b = GitignoreBuilder::new(root);
         let mut any = false;
-        for path in [
-            root.join(".git").join("info").join("exclude"),
-            root.join(GIT_IGNORE_FILE),
-        ] {
+        let [global, repo] = excludes_files(root);
+        // The user's global file is theirs, not the tree's: unreadable, it
+        // is left out rather than refusing the capture.
+        if let Some(path) = global.filter(|p| regular_file(p).unwrap_or(false)) {
+            let _partial_errors = b.add(&path);
+            any = true;
+        }
+        for path in [repo, Some(root.join(GIT_IGNORE_FILE))]
+            .into_iter()
+            .flatten()
+        {
             if regular_file(&path)? {
                 let _partial_errors = b.add(&path);
                 any = true;
@@ -195,11 +205,34 @@ pub(crate) fn load(root: &Path, gitignore: bool) -> Result<Option<Rules>> {
     }))
 }
 
-/// The stamp of `root`'s exclude file, read for attached workspaces.
-fn exclude_stamp(root: &Path, gitignore: bool) -> Option<FileStamp> {
-    gitignore
-        .then(|| FileStamp::of(&root.join(".git").join("info").join("exclude")))
-        .flatten()
+/// The stamps of the excludes files (global, then the repository's), as
+/// an attached workspace's rules read them.
+pub(crate) type ExcludeStamps = [Option<FileStamp>; 2];
+
+/// The stamps of `root`'s excludes files, read for attached workspaces.
+fn exclude_stamp(root: &Path, gitignore: bool) -> ExcludeStamps {
+    if !gitignore {
+        return [None, None];
+    }
+    excludes_files(root).map(|p| p.and_then(|p| FileStamp::of(&p)))
+}
+
+/// Git's excludes files for the repository at `root`, lowest precedence
+/// first: the user's global one (git's default location) and
+/// `.git/info/exclude`.
+fn excludes_files(root: &Path) -> [Option<PathBuf>; 2] {
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".config"))
+        });
+    [
+        config.map(|c| c.join("git").join("ignore")),
+        Some(root.join(".git").join("info").join("exclude")),
+    ]
 }
 
 /// The rules a capture applied whose `.gitignore` files held `git` (by
@@ -217,10 +250,11 @@ pub(crate) fn from_contents(
     let build = |dir: &str, files: &[Option<&[u8]>], exclude: bool| -> Result<Option<Gitignore>> {
         let mut b = GitignoreBuilder::new(root.join(dir));
         let mut any = false;
-        let path = root.join(".git").join("info").join("exclude");
-        if exclude && regular_file(&path)? {
-            let _partial_errors = b.add(&path);
-            any = true;
+        for path in excludes_files(root).into_iter().flatten() {
+            if exclude && regular_file(&path).unwrap_or(false) {
+                let _partial_errors = b.add(&path);
+                any = true;
+            }
         }
         for text in files.iter().flatten() {
             for line in String::from_utf8_lossy(text).lines() {

@@ -123,7 +123,7 @@ pub(super) struct Kept {
     /// Files hashed since the stat cache file was last written.
     pub unwritten: u64,
     /// The exclude file's stamp under the rules the scan was read by.
-    pub exclude: Option<FileStamp>,
+    pub exclude: crate::ignorefile::ExcludeStamps,
 }
 
 /// A kept scan brought up to date: the tree as it is now, and the paths
@@ -150,7 +150,7 @@ impl Kept {
         cache_file: &Path,
     ) -> Option<Refreshed> {
         // `.git` is not watched: its exclude file is compared instead.
-        if ignore.and_then(Rules::exclude_stamp) != self.exclude {
+        if ignore.map(Rules::exclude_stamp).unwrap_or_default() != self.exclude {
             return None;
         }
         let Changes::Paths(mut changed) = self.watch.changes(self.key.include_sensitive, ignore)

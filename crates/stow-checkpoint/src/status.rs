@@ -340,7 +340,7 @@ impl Reader<'_> {
             nodes: r.nodes,
             props: r.props,
             unwritten: r.unwritten,
-            exclude: self.rules.and_then(Rules::exclude_stamp),
+            exclude: self.rules.map(Rules::exclude_stamp).unwrap_or_default(),
         });
         compared
     }
@@ -371,7 +371,7 @@ impl Reader<'_> {
             nodes: HashMap::new(),
             props: HashMap::new(),
             unwritten: 0,
-            exclude: self.rules.and_then(Rules::exclude_stamp),
+            exclude: self.rules.map(Rules::exclude_stamp).unwrap_or_default(),
         });
         Ok(compared)
     }

@@ -198,7 +198,7 @@ pub(crate) fn capture_locked(
         Err((e, left)) => (Err(e), left),
     };
     if let (Some(monitor), Some(watch)) = (opts.monitor, read.watch) {
-        let exclude = rules.as_ref().and_then(Rules::exclude_stamp);
+        let exclude = rules.as_ref().map(Rules::exclude_stamp).unwrap_or_default();
         keep_for_monitor(monitor, key, watch, read.before, read.reuse, left, exclude);
     }
     result
@@ -338,7 +338,7 @@ fn keep_for_monitor(
     scan: Scan,
     reuse: Option<Reuse>,
     left: Left,
-    exclude: Option<FileStamp>,
+    exclude: crate::ignorefile::ExcludeStamps,
 ) {
     let (pending, cache, nodes, props, unwritten) = match left {
         Left::Committed(c) => {
