@@ -20,6 +20,8 @@
 mod config;
 mod core;
 pub mod envelope;
+#[doc(hidden)]
+pub mod fuzzing;
 mod schema;
 mod server;
 mod tokens;

@@ -179,7 +179,7 @@ where
     }
 }
 
-enum Parsed {
+pub(crate) enum Parsed {
     Message(Box<ClientJsonRpcMessage>),
     /// Blank lines, non-JSON, and messages without an id that we do not
     /// understand (unknown notifications): ignored, as the SDKs do.
@@ -188,7 +188,7 @@ enum Parsed {
     Invalid(RequestId),
 }
 
-fn parse(line: &[u8]) -> Parsed {
+pub(crate) fn parse(line: &[u8]) -> Parsed {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
@@ -210,7 +210,7 @@ fn parse(line: &[u8]) -> Parsed {
 
 /// Finds a top-level `"id"` member among the leading members of a JSON
 /// object prefix, skipping members whose values fit in the prefix.
-fn request_id_prefix(buf: &[u8]) -> Option<RequestId> {
+pub(crate) fn request_id_prefix(buf: &[u8]) -> Option<RequestId> {
     let mut s = Scanner { buf, pos: 0 };
     if buf.starts_with(UTF8_BOM) {
         s.pos = UTF8_BOM.len();
