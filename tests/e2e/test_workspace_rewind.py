@@ -666,7 +666,12 @@ def test_s3_writes_wait_for_a_rewind_the_server_runs(stow_bin, workdir, env):
 
         t = threading.Thread(target=rewind)
         t.start()
-        time.sleep(0.7)  # the rewind is sleeping in its file step
+        # The rewind's first step has written README.md back: it now
+        # sleeps after that step, holding the S3 writes off.
+        deadline = time.monotonic() + 60
+        while (repo / "README.md").read_text() == "edited\n":
+            assert time.monotonic() < deadline, "the rewind never reached its first step"
+            time.sleep(0.02)
         assert t.is_alive()
         s3.put_object(Bucket="side", Key="k1", Body=b"three")
         put_done = time.monotonic()

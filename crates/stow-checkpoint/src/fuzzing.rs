@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use crate::format::{CheckpointManifest, DirectoryEntry, LinkEntry, SkippedEntry};
 use crate::scan::{Scan, Scanned};
-use crate::statcache::{CacheEntry, StatCache};
+use crate::statcache::StatCache;
 use crate::transfer::archive::ArchiveLimits;
 
 /// A tree node (`tree.rs`): decoded strictly.
@@ -58,15 +58,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             .files
             .iter()
             .zip(&digests)
-            .map(|(f, d)| CacheEntry {
-                path: f.path.clone(),
-                size: f.size,
-                mode: f.mode,
-                mtime_ns: f.mtime_ns,
-                ctime_ns: f.ctime_ns,
-                ino: f.ino,
-                sha256: *d,
-            })
+            .map(|(f, d)| crate::capture::cache_entry(f, *d))
             .collect(),
         nodes: vec![[7; 32], [9; 32]],
     };

@@ -24,7 +24,7 @@ mod phases;
 mod produce;
 
 pub(crate) use admit::{admit, RetentionCaps};
-pub(crate) use produce::{cached_digest, cached_digests};
+pub(crate) use produce::{cache_entry, cached_digest, cached_digests};
 
 use serde::{Deserialize, Serialize};
 

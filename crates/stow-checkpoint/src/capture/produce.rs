@@ -142,17 +142,22 @@ pub(crate) fn cache_entries(
         .zip(digests)
         .filter_map(|(f, d)| {
             let sha256 = (*d)?;
-            keep(f).then(|| CacheEntry {
-                path: f.path.clone(),
-                size: f.size,
-                mode: f.mode,
-                mtime_ns: f.mtime_ns,
-                ctime_ns: f.ctime_ns,
-                ino: f.ino,
-                sha256,
-            })
+            keep(f).then(|| cache_entry(f, sha256))
         })
         .collect()
+}
+
+/// The stat-cache entry of scanned file `f` with digest `sha256`.
+pub(crate) fn cache_entry(f: &Scanned, sha256: [u8; 32]) -> CacheEntry {
+    CacheEntry {
+        path: f.path.clone(),
+        size: f.size,
+        mode: f.mode,
+        mtime_ns: f.mtime_ns,
+        ctime_ns: f.ctime_ns,
+        ino: f.ino,
+        sha256,
+    }
 }
 
 /// Produces the payload of every file whose digest is not known yet
