@@ -15,6 +15,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::reset;
+
 use rusqlite::Connection;
 
 use crate::checksum::{BodyDigests, BodyHasher};
@@ -45,7 +47,11 @@ type MemBody = Arc<[u8]>;
 /// Where large bodies live.
 pub(crate) enum BlobStore {
     Disk {
-        blobs: PathBuf,
+        /// The store's data directory.
+        root: PathBuf,
+        /// The blob directory the database names (`blobs`, or the
+        /// `blobs-<hex>` a reset switched to; see [`crate::reset`]).
+        blobs: RwLock<Arc<Path>>,
         tmp: PathBuf,
     },
     Memory {
@@ -144,15 +150,60 @@ impl Drop for Staged {
 }
 
 impl BlobStore {
-    /// A disk store under `dir`, creating its folders.
+    /// A disk store under `dir`, creating its staging folder. The blob
+    /// directory is `blobs` until [`BlobStore::use_dir`] names the one the
+    /// database records (made then).
     pub fn disk(dir: &Path) -> Result<Self> {
-        let blobs = dir.join("blobs");
         let tmp = dir.join("tmp");
         fs::create_dir_all(&tmp)?;
-        fs::create_dir_all(&blobs)?;
         // Shard directories are made on first use: making all 256 up front
         // costs a fresh store tens of milliseconds before it can answer.
-        Ok(Self::Disk { blobs, tmp })
+        Ok(Self::Disk {
+            root: dir.to_path_buf(),
+            blobs: RwLock::new(Arc::from(dir.join(reset::DEFAULT_BLOB_DIR))),
+            tmp,
+        })
+    }
+
+    /// The data directory of a disk store.
+    pub fn root(&self) -> Option<&Path> {
+        match self {
+            BlobStore::Disk { root, .. } => Some(root),
+            BlobStore::Memory { .. } => None,
+        }
+    }
+
+    /// Makes `name` (inside the data directory) the blob directory from now
+    /// on and returns the one it replaces (see [`BlobStore::create_current`]).
+    /// A memory store forgets every committed body instead.
+    pub fn use_dir(&self, name: &str) -> Option<Arc<Path>> {
+        match self {
+            BlobStore::Disk { root, blobs, .. } => {
+                let dir: Arc<Path> = Arc::from(root.join(name));
+                Some(std::mem::replace(&mut *write_lock(blobs), dir))
+            }
+            BlobStore::Memory { live, .. } => {
+                write_lock(live).clear();
+                None
+            }
+        }
+    }
+
+    /// Creates the current blob directory durably if it is missing.
+    pub fn create_current(&self) -> io::Result<()> {
+        let BlobStore::Disk { root, blobs, .. } = self else {
+            return Ok(());
+        };
+        let dir = Self::blob_dir(blobs);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir)?;
+            sync_dir(root)?;
+        }
+        Ok(())
+    }
+
+    fn blob_dir(blobs: &RwLock<Arc<Path>>) -> Arc<Path> {
+        Arc::clone(&read_lock(blobs))
     }
 
     pub fn memory() -> Self {
@@ -224,7 +275,9 @@ impl BlobStore {
     /// finishes the move.
     pub fn publish(&self, id: BlobId) {
         match self {
-            BlobStore::Disk { blobs, tmp } => {
+            BlobStore::Disk { blobs, tmp, .. } => {
+                let blobs = Self::blob_dir(blobs);
+                let blobs = &*blobs;
                 let from = tmp.join(id.file_name());
                 let to = Self::final_path(blobs, id);
                 let mut moved = fs::rename(&from, &to);
@@ -251,8 +304,9 @@ impl BlobStore {
     /// Deletes a blob no committed row references.
     pub fn remove(&self, id: BlobId) {
         match self {
-            BlobStore::Disk { blobs, tmp } => {
-                for path in [Self::final_path(blobs, id), tmp.join(id.file_name())] {
+            BlobStore::Disk { blobs, tmp, .. } => {
+                let blobs = Self::blob_dir(blobs);
+                for path in [Self::final_path(&blobs, id), tmp.join(id.file_name())] {
                     if let Err(e) = fs::remove_file(&path) {
                         if e.kind() != io::ErrorKind::NotFound {
                             tracing::warn!("cannot delete blob {}: {e}", path.display());
@@ -271,9 +325,10 @@ impl BlobStore {
     /// rows are dropped by the next transaction; without this, a power loss
     /// could bring a file back after its row is gone, leaving it unreferenced.
     pub fn sync_removed(&self, ids: &[BlobId]) {
-        let BlobStore::Disk { blobs, tmp } = self else {
+        let BlobStore::Disk { blobs, tmp, .. } = self else {
             return;
         };
+        let blobs = Self::blob_dir(blobs);
         let mut shards: Vec<String> = ids.iter().map(|id| id.shard()).collect();
         shards.sort_unstable();
         shards.dedup();
@@ -304,8 +359,8 @@ impl BlobStore {
     /// Opens a committed blob for reading.
     pub fn open(&self, id: BlobId) -> Result<BlobReader> {
         match self {
-            BlobStore::Disk { blobs, tmp } => {
-                let fin = Self::final_path(blobs, id);
+            BlobStore::Disk { blobs, tmp, .. } => {
+                let fin = Self::final_path(&Self::blob_dir(blobs), id);
                 let candidates = [fin.clone(), tmp.join(id.file_name()), fin];
                 for path in &candidates {
                     match File::open(path) {
@@ -392,8 +447,9 @@ impl BlobStore {
     pub fn list_files(&self) -> Result<Vec<BlobId>> {
         let mut out = Vec::new();
         match self {
-            BlobStore::Disk { blobs, tmp } => {
-                for shard in fs::read_dir(blobs)? {
+            BlobStore::Disk { blobs, tmp, .. } => {
+                let blobs = Self::blob_dir(blobs);
+                for shard in fs::read_dir(&*blobs)? {
                     for entry in fs::read_dir(shard?.path())? {
                         let name = entry?.file_name();
                         let id = name.to_str().and_then(|s| i64::from_str_radix(s, 16).ok());

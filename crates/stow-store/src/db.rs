@@ -66,12 +66,19 @@ CREATE INDEX IF NOT EXISTS completed_uploads_by_time ON completed_uploads (compl
 COMMIT;
 ";
 
-/// File work that must follow a commit: staged blobs to move into place, and
-/// blobs no record references any more.
+/// File work that must follow a commit: staged blobs to move into place,
+/// blobs no record references any more, and a reset's switch to a fresh
+/// blob directory.
 #[derive(Default)]
 pub(crate) struct Effects {
     pub publish: Vec<BlobId>,
     pub unlink: Vec<BlobId>,
+    /// Set by a reset: the blob directory the database now names. Bodies
+    /// published after the commit go there; the old one is swept.
+    pub reset: Option<String>,
+    /// Staged bodies of jobs committed before a reset in the same batch:
+    /// no row names them any more, so they are deleted, not published.
+    pub discard: Vec<BlobId>,
 }
 
 type Finish = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
@@ -348,6 +355,14 @@ where
             .map_err(commit_error)
             .and_then(|conn| run_in_savepoint(conn, f, &mut mine));
         if result.is_ok() {
+            if mine.reset.is_some() {
+                // Everything earlier in the batch was emptied with the rest
+                // of the store: its bodies are deleted, never published.
+                let earlier = std::mem::take(&mut effects.publish);
+                effects.discard.extend(earlier);
+                effects.discard.append(&mut effects.unlink);
+                effects.reset = mine.reset.take();
+            }
             effects.publish.append(&mut mine.publish);
             effects.unlink.append(&mut mine.unlink);
         }
@@ -453,6 +468,9 @@ impl Shared {
         match &commit {
             Ok(()) => {
                 writer.unlinked.clear();
+                if let Some(dir) = effects.reset.take() {
+                    crate::reset::after_commit(&self.blobs, &dir, &effects.discard);
+                }
                 for id in &effects.publish {
                     self.blobs.publish(*id);
                 }

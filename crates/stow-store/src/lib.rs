@@ -22,6 +22,7 @@ mod checksum;
 mod completed;
 mod db;
 mod error;
+mod fault;
 mod guarded;
 mod integrity;
 mod joined;
@@ -29,6 +30,7 @@ mod list;
 mod model;
 mod multipart;
 mod record;
+mod reset;
 mod store;
 pub mod validate;
 
@@ -41,6 +43,7 @@ pub use joined::{JoinTicket, Joined, JoinedUpload};
 pub use list::page_of_sorted;
 pub use model::*;
 pub use multipart::MIN_PART_SIZE;
+pub use reset::ResetReport;
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE, SMALL_BODY_MAX,
     VERIFIED_READ_LIMIT,

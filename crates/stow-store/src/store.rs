@@ -114,6 +114,7 @@ impl Store {
         let db = Db::open(&dir.join(DB_FILE), Arc::clone(&blobs), opts.db_cache_bytes)?;
         let b = Arc::clone(&blobs);
         let store_id = db.write(move |conn, _| {
+            crate::reset::open_blob_dir(conn, &b)?;
             b.recover(conn)?;
             store_identity(conn)
         })?;
