@@ -555,6 +555,48 @@ def test_a_directory_swapped_for_a_link_mid_rewind_is_never_written_through(stow
     assert list(outside.iterdir()) == []
 
 
+def test_a_directory_swapped_for_a_link_within_a_step_is_never_written_through(stow_bin, workdir, env):
+    """found by review: a directory swapped for a link after a step checked
+    its parents and before it renamed must not send the rename (or a
+    removal) outside the tree. The rewind pauses inside its first step,
+    after opening the step's directory; meanwhile the directory becomes a
+    link to a directory holding the very bytes the steps expect, so only
+    the descriptor walk keeps them inside: outside stays byte for byte."""
+    repo = workdir / "repo"
+    (repo / "d0").mkdir(parents=True)
+    for i in range(10):
+        (repo / "d0" / f"f{i:03}").write_text(f"file {i}\n")
+    ws = ok(stow_bin, "attach", "--root", repo, env=env)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    for i in range(5):
+        (repo / "d0" / f"f{i:03}").write_text(f"edit {i}\n")
+    for i in range(3):
+        (repo / "d0" / f"new{i}").write_text(f"new {i}\n")
+    outside = workdir / "outside"
+    shutil.copytree(repo / "d0", outside)
+    before = content(outside)
+
+    proc = subprocess.Popen(
+        [stow_bin, "workspace", "rewind", "--to", cp], cwd=repo,
+        env={**env, "STOW_TEST_FAULT": "rewind.step_opened#1@1500"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    journal = default_registry(workdir) / ".stow" / "rewind" / f"{ws}.json"
+    deadline = time.monotonic() + 60
+    while not journal.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    time.sleep(0.3)  # inside the first step's 1.5 s pause, its directory open
+    os.rename(repo / "d0", workdir / "d0.moved")
+    os.symlink(outside, repo / "d0")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "workspace_changed" in err, (out, err)
+    doc = json.loads(out)
+    assert len(doc["conflicts"]) == 7 and all(c["path"].startswith("d0/") for c in doc["conflicts"]), doc
+    assert content(outside) == before
+    assert not (repo / ".stow" / "rewind").exists()
+
+
 def test_a_request_key_is_bounded(stow_bin, workdir, env):
     repo = make_repo(workdir / "repo", env)
     ok(stow_bin, "attach", env=env, cwd=repo)

@@ -300,6 +300,12 @@ pub(crate) fn hash_file(path: &Path) -> Result<Option<String>> {
         }
         Err(e) => return Err(WsError::io_at("read", path, e)),
     };
+    hash_open_file(&mut f, path)
+}
+
+/// SHA-256 of the regular file open as `f` (`path` for messages); `None`
+/// when it is not a regular file.
+pub(crate) fn hash_open_file(f: &mut std::fs::File, path: &Path) -> Result<Option<String>> {
     if !f
         .metadata()
         .map_err(|e| WsError::io_at("stat", path, e))?
@@ -311,7 +317,7 @@ pub(crate) fn hash_file(path: &Path) -> Result<Option<String>> {
     let mut h = <sha2::Sha256 as sha2::Digest>::new();
     let mut buf = vec![0u8; 256 << 10];
     loop {
-        let n = match std::io::Read::read(&mut f, &mut buf) {
+        let n = match std::io::Read::read(f, &mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(WsError::io_at("read", path, e)),

@@ -15,16 +15,17 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, Metadata};
 use std::io::ErrorKind;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::beneath::{self, Dir, Kind, Spot, Stat};
 use super::plan::{Entry, Step};
 use crate::error::{Result, WsError};
 use crate::format::FileEntry;
-use crate::fsutil::{fsync_dir, hash_file, hex, rename_exchange, rename_noreplace};
+use crate::fsutil::{fsync_dir, hash_file, hash_open_file, hex};
 use crate::materialize::copy_verified;
 use crate::parallel::{for_each_in_dir_runs, worker_threads};
 use crate::progress::Progress;
@@ -50,23 +51,22 @@ pub(crate) struct Applied {
     pub conflicts: Vec<Conflict>,
 }
 
-/// A file moved aside, with its stat once there.
+/// A file moved aside (to `path`, from `rel`), with its stat once there.
 struct Aside {
     path: PathBuf,
     rel: String,
-    ino: u64,
-    size: u64,
-    mtime_ns: i64,
-    ctime_ns: i64,
+    stat: Stat,
 }
 
 /// Runs steps against the tree at `root`.
 pub(crate) struct Applier<'a> {
     registry: &'a Registry,
-    root: &'a Path,
+    /// The tree's root: every path of a step is reached from it one
+    /// directory at a time, never through a link ([`beneath`]).
+    root: Dir,
     /// `root/.stow/rewind/<run>`: staged files (`new-<n>`), files moved
     /// aside (`old-<n>`).
-    stage: PathBuf,
+    stage: Dir,
     /// The undo capture's stat cache, by path.
     cache: HashMap<String, CacheEntry>,
     cache_scan_start: i64,
@@ -78,26 +78,23 @@ pub(crate) struct Applier<'a> {
     pub(crate) applied: Applied,
 }
 
-fn mtime_ns(m: &Metadata) -> i64 {
-    m.mtime() * 1_000_000_000 + m.mtime_nsec()
-}
-
-fn ctime_ns(m: &Metadata) -> i64 {
-    m.ctime() * 1_000_000_000 + m.ctime_nsec()
-}
+/// What a step found in the way of a directory above its path.
+const PARENT_REPLACED: &str = "a directory above it is missing or was replaced";
+/// What a step found at its path when it differs from the undo capture.
+const CHANGED: &str = "changed since the undo checkpoint; left as it is";
 
 impl<'a> Applier<'a> {
     pub(crate) fn new(
         registry: &'a Registry,
-        root: &'a Path,
-        stage: PathBuf,
+        root: &Path,
+        stage: &Path,
         cache: StatCache,
         recovering: bool,
-    ) -> Applier<'a> {
-        Applier {
+    ) -> Result<Applier<'a>> {
+        Ok(Applier {
             registry,
-            root,
-            stage,
+            root: Dir::open(root).map_err(|e| WsError::io_at("open", root, e))?,
+            stage: Dir::open(stage).map_err(|e| WsError::io_at("open", stage, e))?,
             cache_scan_start: cache.scan_start_ns,
             cache: cache
                 .entries
@@ -108,15 +105,30 @@ impl<'a> Applier<'a> {
             asides: Vec::new(),
             touched: BTreeSet::new(),
             applied: Applied::default(),
-        }
+        })
+    }
+
+    fn staged_name(n: usize) -> String {
+        format!("new-{n}")
     }
 
     fn staged(&self, n: usize) -> PathBuf {
-        self.stage.join(format!("new-{n}"))
+        self.stage.path().join(Self::staged_name(n))
+    }
+
+    fn aside_name(n: usize) -> String {
+        format!("old-{n}")
     }
 
     fn aside_path(&self, n: usize) -> PathBuf {
-        self.stage.join(format!("old-{n}"))
+        self.stage.path().join(Self::aside_name(n))
+    }
+
+    /// The stage's entry `name`.
+    fn in_stage(&self, name: &str) -> Result<Spot> {
+        self.stage
+            .child(name)
+            .map_err(|e| WsError::io_at("open", self.stage.path(), e))
     }
 
     /// Stages the new bytes of every install (files copied from their
@@ -153,7 +165,7 @@ impl<'a> Applier<'a> {
                 Ok(())
             },
         )?;
-        fsync_dir(&self.stage)
+        fsync_dir(self.stage.path())
     }
 
     fn stage_one(&self, n: usize, want: &Entry, buf: &mut [u8]) -> Result<()> {
@@ -171,7 +183,7 @@ impl<'a> Applier<'a> {
                     content_type: None,
                     metadata: Default::default(),
                 };
-                let out = copy_verified(self.registry, &entry, &self.stage, buf)?;
+                let out = copy_verified(self.registry, &entry, self.stage.path(), buf)?;
                 out.sync_all().map_err(|e| WsError::io_at("flush", &at, e))
             }
             Entry::Link { target } => std::os::unix::fs::symlink(target, &at)
@@ -187,97 +199,86 @@ impl<'a> Applier<'a> {
         });
     }
 
-    /// Whether every directory above `rel` is a directory (not a link) in
-    /// the tree now: a step never acts through a link. Looked at for every
-    /// step, never remembered: a directory swapped for a link during the
-    /// rewind stops the steps below it (a stat per level and step).
-    fn parents_are_dirs(&self, rel: &str) -> bool {
-        rel.match_indices('/').all(|(i, _)| {
-            fs::symlink_metadata(self.root.join(&rel[..i])).is_ok_and(|m| m.file_type().is_dir())
-        })
+    /// The tree's entry `rel`, its directories opened from the root one at
+    /// a time, never through a link; `None` when one of them is missing or
+    /// is not a directory (a link included). Opened for every step, never
+    /// remembered: a directory swapped for a link during the rewind stops
+    /// the steps below it, and a swap after the walk does not redirect the
+    /// step (it acts in the directory that was walked).
+    fn spot(&self, rel: &str) -> Result<Option<Spot>> {
+        self.root
+            .spot(rel)
+            .map_err(|e| WsError::io_at("open", &self.root.path().join(rel), e))
     }
 
-    /// Whether the entry at `rel` (stat `meta`) is what `e` describes.
-    fn holds(&self, rel: &str, meta: &Metadata, e: &Entry) -> Result<bool> {
-        let at = self.root.join(rel);
+    /// Whether the entry at `spot` (stat `st`, path `rel` in the tree) is
+    /// what `e` describes.
+    fn holds(&self, rel: &str, spot: &Spot, st: &Stat, e: &Entry) -> Result<bool> {
         Ok(match e {
             Entry::Absent => false,
-            Entry::Dir { .. } => meta.file_type().is_dir(),
+            Entry::Dir { .. } => st.kind == Kind::Dir,
             Entry::Link { target } => {
-                meta.file_type().is_symlink()
-                    && fs::read_link(&at).is_ok_and(|t| t.as_os_str() == target.as_str())
+                st.kind == Kind::Link
+                    && spot
+                        .read_link()
+                        .is_ok_and(|t| t.is_some_and(|t| t == target.as_str()))
             }
             Entry::File { sha256, size, mode } => {
-                if !meta.file_type().is_file()
-                    || meta.len() != *size
-                    || meta.permissions().mode() & 0o777 != *mode
-                {
+                if st.kind != Kind::File || st.size != *size || st.perm != *mode {
                     return Ok(false);
                 }
                 let vouched = self.cache.get(rel).is_some_and(|c| {
-                    c.ino == meta.ino()
-                        && c.size == meta.len()
-                        && c.mtime_ns == mtime_ns(meta)
-                        && c.ctime_ns == ctime_ns(meta)
+                    c.ino == st.ino
+                        && c.size == st.size
+                        && c.mtime_ns == st.mtime_ns
+                        && c.ctime_ns == st.ctime_ns
                         && c.mtime_ns < self.cache_scan_start
                         && hex(&c.sha256) == *sha256
                 });
-                vouched || hash_file(&at)?.as_deref() == Some(sha256.as_str())
+                vouched || hash_spot(spot)?.as_deref() == Some(sha256.as_str())
             }
         })
     }
 
-    /// Whether `rel` is absent (`Ok(None)`) or its stat.
-    fn lstat(&self, rel: &str) -> Result<Option<Metadata>> {
-        let at = self.root.join(rel);
-        match fs::symlink_metadata(&at) {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound) => Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
-            Err(e) => Err(WsError::io_at("stat", &at, e)),
-        }
+    /// The stat of the entry at `spot` (`None`: absent).
+    fn stat(spot: &Spot) -> Result<Option<Stat>> {
+        spot.stat()
+            .map_err(|e| WsError::io_at("stat", &spot.path(), e))
     }
 
-    /// Moves `rel` (just checked, stat `before`) aside as `old-<n>`;
-    /// `false` (and a conflict) when it changed between the check and the
-    /// move (it is put back).
-    fn move_aside(&mut self, n: usize, rel: &str, before: &Metadata) -> Result<bool> {
-        let at = self.root.join(rel);
-        let aside = self.aside_path(n);
-        if let Err(e) = fs::rename(&at, &aside) {
+    /// Moves the entry at `spot` (`rel`, just checked, stat `before`)
+    /// aside as `old-<n>`; `false` (and a conflict) when it changed
+    /// between the check and the move (it is put back).
+    fn move_aside(&mut self, n: usize, rel: &str, spot: &Spot, before: &Stat) -> Result<bool> {
+        let aside = self.in_stage(&Self::aside_name(n))?;
+        if let Err(e) = spot.rename_to(&aside, 0) {
             if e.kind() == ErrorKind::NotFound {
                 // Removed meanwhile by someone else: nothing to move.
                 return Ok(true);
             }
-            return Err(WsError::io_at("move aside", &at, e));
+            return Err(WsError::io_at("move aside", &spot.path(), e));
         }
-        self.touched.insert(parent_of(&at));
+        self.touched.insert(spot.dir.path().to_path_buf());
         crate::fault::point("rewind.moved_aside");
-        let after = fs::symlink_metadata(&aside).map_err(|e| WsError::io_at("stat", &aside, e))?;
-        let same = after.ino() == before.ino()
-            && after.len() == before.len()
-            && mtime_ns(&after) == mtime_ns(before);
-        if !same {
-            let back = rename_noreplace(&aside, &at);
+        let after = Self::stat(&aside)?.unwrap_or(Stat { ino: 0, ..*before });
+        if !after.same_as(before) {
+            let back = aside.rename_to(spot, libc::RENAME_NOREPLACE);
             self.conflict(
                 rel,
                 match back {
                     Ok(()) => "written while the rewind replaced it; left as written".to_string(),
                     Err(_) => format!(
                         "written while the rewind replaced it; kept at {}",
-                        aside.display()
+                        aside.path().display()
                     ),
                 },
             );
             return Ok(false);
         }
         self.asides.push(Aside {
-            path: aside,
+            path: aside.path(),
             rel: rel.to_string(),
-            ino: after.ino(),
-            size: after.len(),
-            mtime_ns: mtime_ns(&after),
-            ctime_ns: ctime_ns(&after),
+            stat: after,
         });
         Ok(true)
     }
@@ -293,43 +294,38 @@ impl<'a> Applier<'a> {
 
     fn run_step(&mut self, n: usize, step: &Step) -> Result<()> {
         let rel = step.path();
-        if !self.parents_are_dirs(rel) {
-            self.conflict(rel, "a directory above it is missing or was replaced");
+        let Some(spot) = self.spot(rel)? else {
+            self.conflict(rel, PARENT_REPLACED);
             return Ok(());
-        }
+        };
+        crate::fault::point("rewind.step_opened");
         match step {
             Step::Remove { was, .. } => {
-                let Some(meta) = self.lstat(rel)? else {
+                let Some(st) = Self::stat(&spot)? else {
                     return Ok(());
                 };
-                if !self.holds(rel, &meta, was)? {
-                    self.conflict(rel, "changed since the undo checkpoint; left as it is");
+                if !self.holds(rel, &spot, &st, was)? {
+                    self.conflict(rel, CHANGED);
                     return Ok(());
                 }
-                if self.move_aside(n, rel, &meta)? {
+                if self.move_aside(n, rel, &spot, &st)? {
                     self.applied.deleted += 1;
                 }
             }
             Step::RemoveDir { .. } => {
-                let at = self.root.join(rel);
                 // A directory still holding what the capture rules leave
                 // out (or something new), or gone already, is left as it is.
-                if fs::remove_dir(&at).is_ok() {
-                    self.touched.insert(parent_of(&at));
+                if spot.remove_dir().is_ok() {
+                    self.touched.insert(spot.dir.path().to_path_buf());
                 }
             }
-            Step::MakeDir { was, mode, .. } => self.make_dir(n, rel, was, *mode)?,
-            Step::Install { was, want, .. } => self.install(n, rel, was, want)?,
-            Step::Chmod { was, mode, .. } => self.chmod_file(rel, was, *mode)?,
+            Step::MakeDir { was, mode, .. } => self.make_dir(n, rel, &spot, was, *mode)?,
+            Step::Install { was, want, .. } => self.install(n, rel, &spot, was, want)?,
+            Step::Chmod { was, mode, .. } => self.chmod_file(rel, &spot, was, *mode)?,
             Step::DirMode { mode, .. } => {
-                let at = self.root.join(rel);
-                if let Ok(f) = fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-                    .open(&at)
-                {
+                if let Ok(f) = spot.open(libc::O_DIRECTORY) {
                     f.set_permissions(fs::Permissions::from_mode(*mode))
-                        .map_err(|e| WsError::io_at("chmod", &at, e))?;
+                        .map_err(|e| WsError::io_at("chmod", &spot.path(), e))?;
                 }
             }
         }
@@ -341,19 +337,26 @@ impl<'a> Applier<'a> {
     /// by earlier steps) the two are exchanged in one rename, so the path
     /// never goes missing; what was there, now at `new-<n>`, is checked
     /// once more and deleted at the end (or exchanged back: a conflict).
-    fn install(&mut self, n: usize, rel: &str, was: &Entry, want: &Entry) -> Result<()> {
-        let staged = self.staged(n);
-        let now = self.lstat(rel)?;
-        if let Some(meta) = &now {
-            if self.recovering && self.holds(rel, meta, want)? {
+    fn install(
+        &mut self,
+        n: usize,
+        rel: &str,
+        spot: &Spot,
+        was: &Entry,
+        want: &Entry,
+    ) -> Result<()> {
+        let staged = self.in_stage(&Self::staged_name(n))?;
+        let now = Self::stat(spot)?;
+        if let Some(st) = &now {
+            if self.recovering && self.holds(rel, spot, st, want)? {
                 return Ok(());
             }
         }
-        if self.recovering && fs::symlink_metadata(&staged).is_err() {
+        if self.recovering && Self::stat(&staged)?.is_none() {
             let mut buf = vec![0u8; 256 << 10];
             self.stage_one(n, want, &mut buf)?;
         }
-        if self.replace(rel, was, now.as_ref(), &staged)? {
+        if self.replace(rel, spot, was, now.as_ref(), &staged)? {
             self.applied.written += 1;
         }
         Ok(())
@@ -361,149 +364,148 @@ impl<'a> Applier<'a> {
 
     /// Makes directory `rel`: a new one, or (`was` a file or link) one
     /// made in the stage and exchanged with what is there.
-    fn make_dir(&mut self, n: usize, rel: &str, was: &Entry, mode: u32) -> Result<()> {
-        let now = self.lstat(rel)?;
-        if now.as_ref().is_some_and(|m| m.file_type().is_dir()) {
+    fn make_dir(&mut self, n: usize, rel: &str, spot: &Spot, was: &Entry, mode: u32) -> Result<()> {
+        let now = Self::stat(spot)?;
+        if now.is_some_and(|st| st.kind == Kind::Dir) {
             if *was != Entry::Absent && !self.recovering {
-                self.conflict(rel, "changed since the undo checkpoint; left as it is");
+                self.conflict(rel, CHANGED);
             }
             return Ok(());
         }
         // Made in the stage with its mode and renamed into place, so it
         // appears as the checkpoint has it (a mode that keeps its owner
         // from writing into it is set by the `DirMode` step, once filled).
-        let staged = self.staged(n);
-        let _ = fs::remove_dir(&staged);
+        let staged_path = self.staged(n);
+        let _ = fs::remove_dir(&staged_path);
         let initial = if mode & 0o300 == 0o300 { mode } else { 0o700 };
         fs::DirBuilder::new()
             .mode_private()
-            .create(&staged)
-            .and_then(|()| fs::set_permissions(&staged, fs::Permissions::from_mode(initial)))
-            .map_err(|e| WsError::io_at("create directory", &staged, e))?;
+            .create(&staged_path)
+            .and_then(|()| fs::set_permissions(&staged_path, fs::Permissions::from_mode(initial)))
+            .map_err(|e| WsError::io_at("create directory", &staged_path, e))?;
+        let staged = self.in_stage(&Self::staged_name(n))?;
         if now.is_none() {
-            let at = self.root.join(rel);
-            return match rename_noreplace(&staged, &at) {
+            return match staged.rename_to(spot, libc::RENAME_NOREPLACE) {
                 Ok(()) => {
-                    self.touched.insert(parent_of(&at));
+                    self.touched.insert(spot.dir.path().to_path_buf());
                     Ok(())
                 }
                 // Made meanwhile by someone else: a directory is a directory.
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let _ = fs::remove_dir(&staged);
-                    if !self.lstat(rel)?.is_some_and(|m| m.file_type().is_dir()) {
+                    let _ = fs::remove_dir(&staged_path);
+                    if !Self::stat(spot)?.is_some_and(|st| st.kind == Kind::Dir) {
                         self.conflict(rel, "something else is where a directory belongs");
                     }
                     Ok(())
                 }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ENOENT)) => {
-                    let _ = fs::remove_dir(&staged);
-                    self.conflict(rel, "a directory above it is missing or was replaced");
+                Err(e) if beneath::is_missing(&e) => {
+                    let _ = fs::remove_dir(&staged_path);
+                    self.conflict(rel, PARENT_REPLACED);
                     Ok(())
                 }
-                Err(e) => Err(WsError::io_at("create directory", &at, e)),
+                Err(e) => Err(WsError::io_at("create directory", &spot.path(), e)),
             };
         }
-        self.replace(rel, was, now.as_ref(), &staged)?;
+        self.replace(rel, spot, was, now.as_ref(), &staged)?;
         Ok(())
     }
 
-    /// Puts the staged entry at `rel` where the tree holds `now` (checked
-    /// against `was` first); `true` when it is in place.
+    /// Puts the staged entry at `spot` (`rel`) where the tree holds `now`
+    /// (checked against `was` first); `true` when it is in place.
     fn replace(
         &mut self,
         rel: &str,
+        spot: &Spot,
         was: &Entry,
-        now: Option<&Metadata>,
-        staged: &Path,
+        now: Option<&Stat>,
+        staged: &Spot,
     ) -> Result<bool> {
-        let at = self.root.join(rel);
-        let Some(meta) = now else {
+        let Some(st) = now else {
             // Nothing there: a rename that never replaces (a path created
             // meanwhile is someone else's).
-            return match rename_noreplace(staged, &at) {
+            return match staged.rename_to(spot, libc::RENAME_NOREPLACE) {
                 Ok(()) => {
-                    self.touched.insert(parent_of(&at));
+                    self.touched.insert(spot.dir.path().to_path_buf());
                     Ok(true)
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                     self.conflict(rel, "created while the rewind ran; left as it is");
                     Ok(false)
                 }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ENOENT)) => {
-                    self.conflict(rel, "a directory above it is missing or was replaced");
+                Err(e) if beneath::is_missing(&e) => {
+                    self.conflict(rel, PARENT_REPLACED);
                     Ok(false)
                 }
-                Err(e) => Err(WsError::io_at("install", &at, e)),
+                Err(e) => Err(WsError::io_at("install", &spot.path(), e)),
             };
         };
         let expected = match was {
             // An emptied directory is what the undo checkpoint recorded
             // less what earlier steps removed.
-            Entry::Dir { .. } => meta.file_type().is_dir(),
+            Entry::Dir { .. } => st.kind == Kind::Dir,
             Entry::Absent => false,
-            _ => self.holds(rel, meta, was)?,
+            _ => self.holds(rel, spot, st, was)?,
         };
         if !expected {
-            self.conflict(rel, "changed since the undo checkpoint; left as it is");
+            self.conflict(rel, CHANGED);
             return Ok(false);
         }
-        rename_exchange(staged, &at).map_err(|e| WsError::io_at("install", &at, e))?;
-        self.touched.insert(parent_of(&at));
+        staged
+            .rename_to(spot, libc::RENAME_EXCHANGE)
+            .map_err(|e| WsError::io_at("install", &spot.path(), e))?;
+        self.touched.insert(spot.dir.path().to_path_buf());
         crate::fault::point("rewind.exchanged");
         // What was at the path is now at `staged`: the one checked?
-        let old = fs::symlink_metadata(staged).map_err(|e| WsError::io_at("stat", staged, e))?;
-        let same =
-            old.ino() == meta.ino() && old.len() == meta.len() && mtime_ns(&old) == mtime_ns(meta);
-        let kept = if !same {
-            Err("written while the rewind replaced it; left as written")
-        } else if old.file_type().is_dir() {
-            // Still holding what the capture rules leave out, or
-            // something new: not ours to delete.
-            fs::remove_dir(staged).map_err(|_| "a directory with other contents is in the way")
-        } else {
-            self.asides.push(Aside {
-                path: staged.to_path_buf(),
-                rel: rel.to_string(),
-                ino: old.ino(),
-                size: old.len(),
-                mtime_ns: mtime_ns(&old),
-                ctime_ns: ctime_ns(&old),
-            });
-            Ok(())
+        let old = Self::stat(staged)?;
+        let kept = match old {
+            Some(old) if old.same_as(st) => {
+                if old.kind == Kind::Dir {
+                    // Still holding what the capture rules leave out, or
+                    // something new: not ours to delete.
+                    staged
+                        .remove_dir()
+                        .map_err(|_| "a directory with other contents is in the way")
+                } else {
+                    self.asides.push(Aside {
+                        path: staged.path(),
+                        rel: rel.to_string(),
+                        stat: old,
+                    });
+                    Ok(())
+                }
+            }
+            _ => Err("written while the rewind replaced it; left as written"),
         };
         if let Err(reason) = kept {
-            rename_exchange(staged, &at).map_err(|e| WsError::io_at("put back", &at, e))?;
+            staged
+                .rename_to(spot, libc::RENAME_EXCHANGE)
+                .map_err(|e| WsError::io_at("put back", &spot.path(), e))?;
             self.conflict(rel, reason);
             return Ok(false);
         }
         Ok(true)
     }
 
-    fn chmod_file(&mut self, rel: &str, was: &Entry, mode: u32) -> Result<()> {
-        let at = self.root.join(rel);
+    fn chmod_file(&mut self, rel: &str, spot: &Spot, was: &Entry, mode: u32) -> Result<()> {
         // Opened without following a link, and checked through the open
         // descriptor: the mode lands on the file that was checked.
-        let f = match fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&at)
-        {
-            Ok(f) => f,
-            Err(_) => {
-                self.conflict(rel, "changed since the undo checkpoint; left as it is");
-                return Ok(());
-            }
+        let Ok(f) = spot.open(0) else {
+            self.conflict(rel, CHANGED);
+            return Ok(());
         };
-        let meta = f.metadata().map_err(|e| WsError::io_at("stat", &at, e))?;
-        if meta.permissions().mode() & 0o777 == mode && self.recovering {
+        let st = Stat::from(
+            &f.metadata()
+                .map_err(|e| WsError::io_at("stat", &spot.path(), e))?,
+        );
+        if st.perm == mode && self.recovering {
             return Ok(());
         }
-        if !self.holds(rel, &meta, was)? {
-            self.conflict(rel, "changed since the undo checkpoint; left as it is");
+        if !self.holds(rel, spot, &st, was)? {
+            self.conflict(rel, CHANGED);
             return Ok(());
         }
         f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| WsError::io_at("chmod", &at, e))?;
+            .map_err(|e| WsError::io_at("chmod", &spot.path(), e))?;
         self.applied.written += 1;
         Ok(())
     }
@@ -516,10 +518,8 @@ impl<'a> Applier<'a> {
     pub(crate) fn finish(&mut self, steps: &[Step]) -> Result<()> {
         for a in std::mem::take(&mut self.asides) {
             let unchanged = fs::symlink_metadata(&a.path).is_ok_and(|m| {
-                m.ino() == a.ino
-                    && m.len() == a.size
-                    && mtime_ns(&m) == a.mtime_ns
-                    && ctime_ns(&m) == a.ctime_ns
+                let now = Stat::from(&m);
+                now.same_as(&a.stat) && now.ctime_ns == a.stat.ctime_ns
             });
             if unchanged {
                 remove_entry(&a.path)?;
@@ -553,7 +553,7 @@ impl<'a> Applier<'a> {
                 }
                 let mut ours = false;
                 for e in known {
-                    ours = ours || self.holds_at(&left, &meta, e)?;
+                    ours = ours || holds_at(&left, &meta, e)?;
                 }
                 if ours {
                     remove_entry(&left)?;
@@ -577,28 +577,25 @@ impl<'a> Applier<'a> {
         )
     }
 
-    /// [`Self::holds`] for a file outside the tree (one moved aside).
-    fn holds_at(&self, at: &Path, meta: &Metadata, e: &Entry) -> Result<bool> {
-        Ok(match e {
-            Entry::File { sha256, size, .. } => {
-                meta.file_type().is_file()
-                    && meta.len() == *size
-                    && hash_file(at)?.as_deref() == Some(sha256.as_str())
-            }
-            Entry::Link { target } => {
-                fs::read_link(at).is_ok_and(|t| t.as_os_str() == target.as_str())
-            }
-            Entry::Absent | Entry::Dir { .. } => false,
-        })
-    }
-
     /// A file moved aside that someone wrote to: back to `rel` (replacing
-    /// what the rewind put there), or kept in the stage when that fails.
+    /// what the rewind put there, never through a link), or kept in the
+    /// stage when that fails.
     fn put_back(&mut self, aside: &Path, rel: &str) {
-        let at = self.root.join(rel);
-        let reason = match fs::rename(aside, &at) {
-            Ok(()) => {
-                self.touched.insert(parent_of(&at));
+        let back = || -> std::io::Result<PathBuf> {
+            let name = aside
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let to = self
+                .root
+                .spot(rel)?
+                .ok_or_else(|| std::io::Error::from(ErrorKind::NotFound))?;
+            self.stage.child(name)?.rename_to(&to, 0)?;
+            Ok(to.dir.path().to_path_buf())
+        };
+        let reason = match back() {
+            Ok(dir) => {
+                self.touched.insert(dir);
                 "written while the rewind replaced it; the written file was put back".to_string()
             }
             Err(_) => format!(
@@ -608,6 +605,31 @@ impl<'a> Applier<'a> {
         };
         self.conflict(rel, reason);
     }
+}
+
+/// SHA-256 of the regular file at `spot`, opened without following a
+/// link (`None`: not there, or not a regular file).
+fn hash_spot(spot: &Spot) -> Result<Option<String>> {
+    let mut f = match spot.open(0) {
+        Ok(f) => f,
+        Err(e) if beneath::is_missing(&e) => return Ok(None),
+        Err(e) => return Err(WsError::io_at("read", &spot.path(), e)),
+    };
+    hash_open_file(&mut f, &spot.path())
+}
+
+/// Whether the file at `at` in the stage (one moved aside, stat `meta`)
+/// is what `e` describes.
+fn holds_at(at: &Path, meta: &Metadata, e: &Entry) -> Result<bool> {
+    Ok(match e {
+        Entry::File { sha256, size, .. } => {
+            meta.file_type().is_file()
+                && meta.len() == *size
+                && hash_file(at)?.as_deref() == Some(sha256.as_str())
+        }
+        Entry::Link { target } => fs::read_link(at).is_ok_and(|t| t.as_os_str() == target.as_str()),
+        Entry::Absent | Entry::Dir { .. } => false,
+    })
 }
 
 trait PrivateMode {
@@ -621,10 +643,6 @@ impl PrivateMode for fs::DirBuilder {
         use std::os::unix::fs::DirBuilderExt;
         self.mode(0o700)
     }
-}
-
-fn parent_of(p: &Path) -> PathBuf {
-    p.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 fn remove_entry(p: &Path) -> Result<()> {

@@ -24,6 +24,7 @@
 //! counting as done.
 
 mod apply;
+mod beneath;
 mod bucket;
 mod journal;
 mod plan;
@@ -247,7 +248,13 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     } else {
         StatCache::default()
     };
-    let applier = Applier::new(registry, &rec.dir, stage.clone(), cache, false);
+    let applier = match Applier::new(registry, &rec.dir, &stage, cache, false) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&stage);
+            return Err(e);
+        }
+    };
     clock.lap("stat cache");
     if let Err(e) = applier.stage_all(&plan.steps, req.progress) {
         let _ = std::fs::remove_dir_all(&stage);
@@ -492,7 +499,7 @@ pub(crate) fn finish_locked(
     create_private_dir(&stage_root(rec))?;
     create_private_dir(&stage)?;
     let cache = StatCache::load(&cache_path(registry, &rec.id));
-    let applier = Applier::new(registry, &rec.dir, stage, cache, true);
+    let applier = Applier::new(registry, &rec.dir, &stage, cache, true)?;
     tracing::info!(workspace = %rec.id, target = %j.target, "finishing an interrupted rewind");
     let _s3_writes = owned.map(WorkspaceBucket::hold_s3_writes);
     run_journal(registry, &rec.dir, &j, applier, owned).map(Some)
