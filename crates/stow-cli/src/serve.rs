@@ -82,6 +82,7 @@ impl ListenArgs {
             cors_origins: Vec::new(),
             admin_token: None,
             base_host: None,
+            allow_reset: false,
         }
     }
 
@@ -130,6 +131,11 @@ pub struct ServeArgs {
     /// Token for /_stow/* admin routes from non-loopback peers (prefer STOW_ADMIN_TOKEN).
     #[arg(long, env = "STOW_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Answer `POST /_stow/reset` (SigV4-signed with this server's keys),
+    /// which empties the store: for test sessions (the packages pass it).
+    /// Without it the route is refused with 405 MethodNotAllowed.
+    #[arg(long, conflicts_with = "read_only")]
+    allow_reset: bool,
 }
 
 /// `stow-s3 workspace serve`.
@@ -318,6 +324,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         cors_origins: args.cors_origins.clone(),
         admin_token: args.admin_token.clone().filter(|t| !t.is_empty()),
         base_host: args.base_host.clone(),
+        allow_reset: args.allow_reset,
         ..listen.config(Arc::new(store))
     };
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());

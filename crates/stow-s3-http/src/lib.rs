@@ -3,7 +3,8 @@
 //!
 //! [`Server`] accepts HTTP/1.1 connections and runs each request through a
 //! short pipeline before the S3 operation itself: admin routes
-//! (`/_stow/*`), CORS, refusal of SigV2, the concurrency cap (`503
+//! (`/_stow/*`; `POST /_stow/reset` only with [`ServerConfig::allow_reset`],
+//! and SigV4-verified like S3), CORS, refusal of SigV2, the concurrency cap (`503
 //! SlowDown`), and the request-size cap (`400 EntityTooLarge`). Then `s3s`
 //! verifies SigV4 (headers, presigned URLs, `aws-chunked` streaming with
 //! trailers), parses the operation, and calls [`StowS3`], which maps it onto
@@ -11,6 +12,7 @@
 
 mod body;
 mod errors;
+mod reset;
 mod s3;
 
 use std::convert::Infallible;
@@ -31,6 +33,7 @@ use stow_store::ObjectBackend;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub use reset::RESET_PATH;
 pub use s3::StowS3;
 
 /// Everything a server needs besides its listening socket.
@@ -53,6 +56,10 @@ pub struct ServerConfig {
     /// Suffix for virtual-host addressing (`<bucket>.<base-host>`), besides
     /// `<bucket>.localhost`, which always works.
     pub base_host: Option<String>,
+    /// Answer `POST /_stow/reset` (SigV4-signed), which empties the store;
+    /// off, the route is refused with `405 MethodNotAllowed`. For test
+    /// sessions only (`serve --allow-reset`).
+    pub allow_reset: bool,
 }
 
 /// Virtual-host addressing for `<bucket>.localhost` and
@@ -144,6 +151,12 @@ impl Server {
             access_key: config.access_key.clone(),
             secret_key: SecretKey::from(config.secret_key.as_str()),
         });
+        if config.allow_reset {
+            builder.set_route(reset::ResetRoute {
+                store: config.store.clone(),
+            });
+            builder.set_validation(reset::WithAdminPath);
+        }
         let handler = Arc::new(Handler {
             s3: builder.build(),
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests.max(1))),
@@ -487,7 +500,13 @@ impl Handler {
     }
 
     async fn route(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        if req.uri().path().starts_with("/_stow/") {
+        if req.uri().path() == RESET_PATH {
+            // Signed like an S3 request, so it takes the S3 path below
+            // (slot, early refusals, SigV4) when the server allows it.
+            if !self.config.allow_reset || req.method() != Method::POST {
+                return xml_error(reset::refusal(self.config.allow_reset));
+            }
+        } else if req.uri().path().starts_with("/_stow/") {
             return self.admin(&req, peer);
         }
         if req.method() == Method::OPTIONS && req.headers().contains_key(header::ORIGIN) {
