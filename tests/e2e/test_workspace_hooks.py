@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -107,16 +108,29 @@ def test_no_workspace_is_silent_success_and_failures_never_exit_2(stow_bin, work
     assert (rc, out) == (1, "") and "not JSON" in err and "(invalid_request)" in err
     rc, out, err = hook(stow_bin, json.dumps({"cwd": str(elsewhere), "pad": "x" * (1 << 20)}), env)
     assert (rc, out) == (1, "") and "invalid_request" in err
-    # A workspace that cannot be captured (its capture lock is held): exit 1, not 2.
+    # A workspace busy for a while (its capture lock held, as a rewind
+    # holds it): the hook waits, then checkpoints; busy past its wait
+    # (10 s), exit 1 (not 2: never blocking the agent) with in_progress.
     repo = make_repo(workdir / "repo", env)
     ws = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
     import fcntl
+    import threading
 
     lock = default_registry(workdir) / ".stow" / "capture-locks" / f"{ws}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
+        release = threading.Timer(1.5, fcntl.flock, (held, fcntl.LOCK_UN))
+        release.start()
+        started = time.monotonic()
         rc, out, err = hook(stow_bin, claude_stop(repo, transcript), env)
+        waited = time.monotonic() - started
+        release.join()
+    assert (rc, out, err) == (0, "", "") and waited >= 1.4, (rc, out, err, waited)
+    assert log(stow_bin, repo, env)[0]["message"] == f"Stop hook (session {SESSION})"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        rc, out, err = hook(stow_bin, claude_pre_bash(repo, transcript, "toolu_busy"), env)
     assert (rc, out) == (1, "") and "in_progress" in err
 
 

@@ -6,6 +6,7 @@
 //! message names the session and the event.
 //!
 //! A hook must never break its host: no workspace there is exit 0, a
+//! busy workspace (a rewind running) is waited for, a
 //! failure is exit 1 (which hosts treat as non-blocking, unlike 2) with
 //! the reason on stderr, and stdout stays empty unless `--print` asks
 //! for the result (a host may read a hook's stdout as its answer).
@@ -23,6 +24,11 @@ use crate::CliError;
 const MAX_PAYLOAD_BYTES: u64 = 1 << 20;
 /// Deadline of the keyed capture a hook takes.
 const HOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a hook waits for a busy workspace (a rewind, another
+/// capture) before reporting `in_progress`.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pause between two tries of a busy workspace.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 /// Longest identifier copied from a payload into the message.
 const MAX_ID_CHARS: usize = 120;
 
@@ -78,7 +84,7 @@ fn hook(payload_arg: Option<String>, print: bool) -> Result<Value, CliError> {
         resolve: false,
         timeout_nanos: u64::try_from(HOOK_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
     };
-    match watch_service::capture(&registry, &req, None) {
+    match capture_when_free(&registry, &req) {
         WatchReply::Keyed { envelope, message } => match &envelope.error {
             None if print => crate::workspace::json(&envelope),
             None => Ok(Value::Null),
@@ -90,6 +96,28 @@ fn hook(payload_arg: Option<String>, print: bool) -> Result<Value, CliError> {
         WatchReply::Rewound { .. } | WatchReply::Status { .. } => {
             Err(crate::workspace::mismatched_reply())
         }
+    }
+}
+
+/// The hook's capture; while the workspace is busy (a rewind or another
+/// capture holds it: `in_progress`, retryable) it is tried again for up
+/// to [`BUSY_WAIT`], so a hook fired during a rewind checkpoints after it
+/// instead of failing.
+fn capture_when_free(registry: &Registry, req: &CaptureRequest) -> WatchReply {
+    let deadline = std::time::Instant::now() + BUSY_WAIT;
+    loop {
+        let reply = watch_service::capture(registry, req, None);
+        let busy = match &reply {
+            WatchReply::Refused { retryable, .. } => *retryable,
+            WatchReply::Keyed { envelope, .. } => {
+                envelope.error.as_ref().is_some_and(|e| e.retryable)
+            }
+            _ => false,
+        };
+        if !busy || std::time::Instant::now() >= deadline {
+            return reply;
+        }
+        std::thread::sleep(BUSY_RETRY);
     }
 }
 
