@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import hmac
 import http.client
+import json
 import os
 import re
 import secrets
@@ -185,10 +186,11 @@ def _boto3_client(endpoint: str, access_key: str, secret_key: str, region: str, 
         )
 
 
-def _create_bucket(endpoint: str, region: str, access_key: str, secret_key: str, bucket: str, timeout: float) -> None:
-    """``PUT /<bucket>`` signed with SigV4 (path-style, empty body)."""
+def _signed_request(
+    endpoint: str, region: str, access_key: str, secret_key: str, method: str, path: str, timeout: float, what: str
+) -> tuple[int, str]:
+    """``method path`` with an empty body, signed with SigV4 (path-style); returns (status, body text)."""
     url = urllib.parse.urlsplit(endpoint)
-    path = "/" + urllib.parse.quote(bucket, safe="-_.~")
     now = datetime.datetime.now(datetime.timezone.utc)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     day = amz_date[:8]
@@ -196,7 +198,7 @@ def _create_bucket(endpoint: str, region: str, access_key: str, secret_key: str,
     headers = {"host": url.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
     signed = ";".join(sorted(headers))
     canonical_headers = "".join(f"{k}:{headers[k]}\n" for k in sorted(headers))
-    canonical = "\n".join(["PUT", path, "", canonical_headers, signed, payload])
+    canonical = "\n".join([method, path, "", canonical_headers, signed, payload])
     scope = f"{day}/{region}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = ("AWS4" + secret_key).encode()
@@ -209,19 +211,31 @@ def _create_bucket(endpoint: str, region: str, access_key: str, secret_key: str,
     headers["content-length"] = "0"
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
     try:
-        conn.request("PUT", path, body=b"", headers=headers)
+        conn.request(method, path, body=b"", headers=headers)
         response = conn.getresponse()
-        body = response.read().decode("utf-8", "replace")
+        return response.status, response.read().decode("utf-8", "replace")
     except OSError as err:
-        raise StowSessionError(f"CreateBucket {bucket!r}: {err}", code="network") from err
+        raise StowSessionError(f"{what}: {err}", code="network") from err
     finally:
         conn.close()
-    if response.status != 200:
-        found = re.search(r"<Code>([^<]*)</Code>", body)
-        code = found.group(1) if found else f"http_{response.status}"
-        message = re.search(r"<Message>([^<]*)</Message>", body)
-        detail = f": {message.group(1)}" if message else ""
-        raise StowSessionError(f"CreateBucket {bucket!r} failed: {response.status} {code}{detail}", code=code)
+
+
+def _refusal(what: str, status: int, body: str) -> StowSessionError:
+    """The error for a refused request: S3's code and message from its XML body."""
+    found = re.search(r"<Code>([^<]*)</Code>", body)
+    code = found.group(1) if found else f"http_{status}"
+    message = re.search(r"<Message>([^<]*)</Message>", body)
+    detail = f": {message.group(1)}" if message else ""
+    return StowSessionError(f"{what} failed: {status} {code}{detail}", code=code)
+
+
+def _create_bucket(endpoint: str, region: str, access_key: str, secret_key: str, bucket: str, timeout: float) -> None:
+    """``PUT /<bucket>`` signed with SigV4 (path-style, empty body)."""
+    path = "/" + urllib.parse.quote(bucket, safe="-_.~")
+    what = f"CreateBucket {bucket!r}"
+    status, body = _signed_request(endpoint, region, access_key, secret_key, "PUT", path, timeout, what)
+    if status != 200:
+        raise _refusal(what, status, body)
 
 
 def _cleanup(proc: subprocess.Popen[bytes], logs: list[Any], data_dir: str | None, grace: float) -> None:
@@ -304,6 +318,25 @@ class Session:
         _create_bucket(self.endpoint, self.region, self.access_key, self.secret_key, bucket, timeout)
         return bucket
 
+    def reset(self, *, timeout: float = 30.0) -> dict[str, Any]:
+        """Empty the server: every bucket, object, multipart upload and save receipt goes, at once.
+
+        ``POST /_stow/reset``, SigV4-signed with the session's keys; the server answers it because
+        :func:`open_session` starts it with ``--allow-reset`` (a server started without that flag
+        refuses with ``MethodNotAllowed``). One transaction on the server, no work per object: the
+        per-test isolation of the ``stow_s3_clean`` fixture. Returns what was removed:
+        ``{"reset": True, "buckets", "objects", "bytes", "uploads", "receipts"}``. A refusal raises
+        :class:`StowSessionError` whose ``code`` is S3's error code."""
+        if self.closed:
+            raise StowSessionError("session is closed", code="closed")
+        status, body = _signed_request(
+            self.endpoint, self.region, self.access_key, self.secret_key, "POST", "/_stow/reset", timeout, "reset"
+        )
+        if status != 200:
+            raise _refusal("reset", status, body)
+        result: dict[str, Any] = json.loads(body)
+        return result
+
     def environ(self) -> dict[str, str]:
         """Environment variables that point an AWS SDK or CLI at this session."""
         return {
@@ -347,14 +380,17 @@ def open_session(
     region: str | None = None,
     timeout: float = DEFAULT_READY_TIMEOUT,
     backend: str = "filesystem",
+    allow_reset: bool = True,
 ) -> Session:
-    """Start a private server: ``serve --port 0 --ready-fd FD --parent-pid <this process>``.
+    """Start a private server: ``serve --port 0 --ready-fd FD --parent-pid <this process> --allow-reset``.
 
     Filesystem backend in ``data_dir`` (kept) or a new temp dir ``stow-session-*``
     (removed on close); generated keys; the child's environment has no ``AWS_*``,
     ``S3_*`` or ``STOW_*`` variable. The server exits by itself if this process dies.
     ``backend="memory"`` keeps everything in the server's memory (nothing is
     fsynced: the fastest throwaway endpoint; the temp dir still holds its logs).
+    ``allow_reset`` (default on) lets :meth:`Session.reset` empty the server; pass ``False``
+    to start one that refuses it (a ``data_dir`` you keep is emptied by a reset too).
     """
     if backend not in ("filesystem", "memory"):
         raise ValueError(f"backend must be 'filesystem' or 'memory', not {backend!r}")
@@ -378,6 +414,8 @@ def open_session(
         command += ["--max-objects", str(max_objects)]
     if region is not None:
         command += ["--region", region]
+    if allow_reset:
+        command.append("--allow-reset")
     logs: list[Any] = [
         tempfile.TemporaryFile(),
         tempfile.TemporaryFile(),
@@ -424,10 +462,17 @@ def with_session(
     region: str | None = None,
     timeout: float = DEFAULT_READY_TIMEOUT,
     backend: str = "filesystem",
+    allow_reset: bool = True,
 ) -> Iterator[Session]:
     """``with with_session() as s:`` — a session that is always closed; the body's exception propagates."""
     session = open_session(
-        data_dir, max_bytes=max_bytes, max_objects=max_objects, region=region, timeout=timeout, backend=backend
+        data_dir,
+        max_bytes=max_bytes,
+        max_objects=max_objects,
+        region=region,
+        timeout=timeout,
+        backend=backend,
+        allow_reset=allow_reset,
     )
     try:
         yield session
