@@ -5,7 +5,8 @@ import { join, resolve } from "node:path";
 import type { ChildProcess } from "node:child_process";
 
 import { resolveStowBinary } from "./binary.js";
-import { createBucket } from "./s3.js";
+import { createBucket, resetStore } from "./s3.js";
+import type { StowResetResult } from "./s3.js";
 import { isolatedEnv, spawnReady, stopChild, unrefChild, type Tail } from "./process.js";
 
 export {
@@ -20,6 +21,7 @@ export {
 } from "./binary.js";
 export { StowStartError, isolatedEnv } from "./process.js";
 export { StowS3Error } from "./s3.js";
+export type { StowResetResult } from "./s3.js";
 
 /** The readiness protocol this package speaks. */
 export const READY_PROTOCOL_VERSION = 1;
@@ -132,6 +134,21 @@ export interface OpenStowOptions {
   signal?: AbortSignal;
   /** Binary to run (default: {@link resolveStowBinary}). */
   binary?: string;
+  /**
+   * Start the server with `--allow-reset`, so {@link StowSession.reset} can
+   * empty it (default `true`; `false` starts one that refuses with `MethodNotAllowed`).
+   */
+  allowReset?: boolean;
+}
+
+/** Options of {@link StowSession.reset}. */
+export interface StowResetOptions {
+  /** Create the session's bucket again after emptying the server (default `true`). */
+  keepBucket?: boolean;
+  /** Time allowed for the reset (and the bucket) (default 30 000 ms). */
+  timeoutMs?: number;
+  /** Cancels the reset. */
+  signal?: AbortSignal;
 }
 
 /** The options `new S3Client(...)` of `@aws-sdk/client-s3` takes. */
@@ -213,6 +230,22 @@ export class StowSession {
     };
   }
 
+  /**
+   * Empty the server — every bucket, object, multipart upload and save receipt — at once
+   * (`POST /_stow/reset`, SigV4-signed; one transaction on the server, no work per object),
+   * then create {@link StowSession.bucket} again unless `keepBucket: false`: the session is as
+   * {@link openStow} returned it. Resolves with what was removed; a refusal (a server started
+   * with `allowReset: false`: `MethodNotAllowed`) rejects with `StowS3Error`.
+   */
+  async reset(options: StowResetOptions = {}): Promise<StowResetResult> {
+    if (this.closed) throw new StowSessionClosedError();
+    const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+    const left = () => ({ timeoutMs: Math.max(1, deadline - Date.now()), signal: options.signal });
+    const result = await resetStore(this.ready, left());
+    if (options.keepBucket ?? true) await createBucket(this.ready, this.bucket, left());
+    return result;
+  }
+
   /** Environment variables that point an AWS SDK or CLI in another process at this session (and `STOW_BUCKET` at its bucket). */
   handoff(): Record<string, string> {
     if (this.closed) throw new StowSessionClosedError();
@@ -259,7 +292,8 @@ function generatedKeys(): { accessKeyId: string; secretAccessKey: string } {
 /**
  * Start a private `stow-s3 serve` (127.0.0.1, port 0, generated keys,
  * readiness on fd 3, `--parent-pid` of this process, an environment without
- * `AWS_*`/`S3_*`/`STOW_*`) and create its bucket (`session.bucket`). The
+ * `AWS_*`/`S3_*`/`STOW_*`, `--allow-reset` unless `allowReset: false`) and
+ * create its bucket (`session.bucket`). The
  * server also exits by itself when this process dies. A session does not
  * keep the event loop alive.
  */
@@ -289,6 +323,7 @@ export async function openStow(options: OpenStowOptions = {}): Promise<StowSessi
     "--ready-fd", "3",
     "--parent-pid", String(process.pid),
   ];
+  if (options.allowReset ?? true) args.push("--allow-reset");
   let started;
   try {
     started = await spawnReady(binary, args, {

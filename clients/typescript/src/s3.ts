@@ -1,6 +1,7 @@
-// The one S3 call the package makes itself: CreateBucket for a session's
-// bucket, signed with SigV4 (node:crypto; the package has no runtime
-// dependencies). Internal: used by ./index.ts.
+// The S3 calls the package makes itself: CreateBucket for a session's
+// bucket and the admin reset (POST /_stow/reset), signed with SigV4
+// (node:crypto; the package has no runtime dependencies). Internal: used by
+// ./index.ts.
 import { createHash, createHmac } from "node:crypto";
 import { request } from "node:http";
 
@@ -32,14 +33,21 @@ function encodeSegment(s: string): string {
   return encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
-/** `PUT /<bucket>` (CreateBucket, no body), signed; resolves on 200, rejects with {@link StowS3Error} otherwise. */
-export function createBucket(
+/** The status and body text of a signed request. */
+interface SignedResponse {
+  status: number;
+  body: string;
+}
+
+/** `method path` with no body, signed with SigV4 (path-style); resolves with any HTTP answer, rejects with `network`. */
+function signedRequest(
   target: SignedTarget,
-  bucket: string,
-  opts: { timeoutMs: number; signal?: AbortSignal },
-): Promise<void> {
+  method: string,
+  path: string,
+  what: string,
+  opts: { timeoutMs: number; signal?: AbortSignal | undefined },
+): Promise<SignedResponse> {
   const url = new URL(target.endpoint);
-  const path = `/${encodeSegment(bucket)}`;
   const amzDate = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "");
   const day = amzDate.slice(0, 8);
   const payload = sha256("");
@@ -51,7 +59,7 @@ export function createBucket(
   const signed = Object.keys(headers).sort();
   // Method, path, query, headers (each line ends in a newline), signed header names, payload hash.
   const canonicalHeaders = signed.map((h) => `${h}:${headers[h]}\n`).join("");
-  const canonical = ["PUT", path, "", canonicalHeaders, signed.join(";"), payload].join("\n");
+  const canonical = [method, path, "", canonicalHeaders, signed.join(";"), payload].join("\n");
   const scope = `${day}/${target.region}/s3/aws4_request`;
   const toSign = ["AWS4-HMAC-SHA256", amzDate, scope, sha256(canonical)].join("\n");
   let key = hmac(`AWS4${target.secretAccessKey}`, day);
@@ -63,25 +71,65 @@ export function createBucket(
 
   return new Promise((resolve, reject) => {
     const req = request(
-      { method: "PUT", hostname: url.hostname, port: url.port, path, headers, timeout: opts.timeoutMs, signal: opts.signal },
+      { method, hostname: url.hostname, port: url.port, path, headers, timeout: opts.timeoutMs, signal: opts.signal },
       (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
         res.on("error", reject);
-        res.on("end", () => {
-          const status = res.statusCode ?? 0;
-          if (status === 200) return resolve();
-          const body = Buffer.concat(chunks).toString("utf8");
-          const code = /<Code>([^<]*)<\/Code>/.exec(body)?.[1] ?? `http_${status}`;
-          const message = /<Message>([^<]*)<\/Message>/.exec(body)?.[1];
-          reject(new StowS3Error(`CreateBucket ${JSON.stringify(bucket)} failed: ${status} ${code}${message ? `: ${message}` : ""}`, code, status));
-        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
       },
     );
-    req.on("timeout", () => req.destroy(new Error(`CreateBucket timed out after ${opts.timeoutMs} ms`)));
+    req.on("timeout", () => req.destroy(new Error(`${what} timed out after ${opts.timeoutMs} ms`)));
     req.on("error", (err) => {
-      reject(err instanceof StowS3Error ? err : new StowS3Error(`CreateBucket ${JSON.stringify(bucket)}: ${err.message}`, "network", 0, { cause: err }));
+      reject(err instanceof StowS3Error ? err : new StowS3Error(`${what}: ${err.message}`, "network", 0, { cause: err }));
     });
     req.end();
   });
+}
+
+/** The error of a refused request: S3's code and message from its XML body. */
+function refusal(what: string, res: SignedResponse): StowS3Error {
+  const code = /<Code>([^<]*)<\/Code>/.exec(res.body)?.[1] ?? `http_${res.status}`;
+  const message = /<Message>([^<]*)<\/Message>/.exec(res.body)?.[1];
+  return new StowS3Error(`${what} failed: ${res.status} ${code}${message ? `: ${message}` : ""}`, code, res.status);
+}
+
+/** `PUT /<bucket>` (CreateBucket, no body), signed; resolves on 200, rejects with {@link StowS3Error} otherwise. */
+export async function createBucket(
+  target: SignedTarget,
+  bucket: string,
+  opts: { timeoutMs: number; signal?: AbortSignal | undefined },
+): Promise<void> {
+  const what = `CreateBucket ${JSON.stringify(bucket)}`;
+  const res = await signedRequest(target, "PUT", `/${encodeSegment(bucket)}`, what, opts);
+  if (res.status !== 200) throw refusal(what, res);
+}
+
+/** What `POST /_stow/reset` removed (the server's JSON answer). */
+export interface StowResetResult {
+  reset: true;
+  /** Buckets removed. */
+  buckets: number;
+  /** Objects removed. */
+  objects: number;
+  /** Bytes of objects and in-flight parts released. */
+  bytes: number;
+  /** Multipart uploads in progress that were dropped. */
+  uploads: number;
+  /** Save receipts forgotten. */
+  receipts: number;
+}
+
+/** `POST /_stow/reset`, signed; resolves with the server's report, rejects with {@link StowS3Error} otherwise. */
+export async function resetStore(
+  target: SignedTarget,
+  opts: { timeoutMs: number; signal?: AbortSignal | undefined },
+): Promise<StowResetResult> {
+  const res = await signedRequest(target, "POST", "/_stow/reset", "reset", opts);
+  if (res.status !== 200) throw refusal("reset", res);
+  try {
+    return JSON.parse(res.body) as StowResetResult;
+  } catch (err) {
+    throw new StowS3Error(`reset answered 200 with a body that is not JSON: ${res.body.slice(0, 200)}`, "protocol", 200, { cause: err });
+  }
 }

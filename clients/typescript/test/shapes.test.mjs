@@ -48,6 +48,8 @@ function alive(pid) {
 
 test("openStow creates its bucket (default stow-session-<16 hex>, or opts.bucket) before returning", () => consumer.sessionBucket());
 
+test("session.reset() empties the server and keeps session.bucket (typed); refused without allowReset", () => consumer.sessionReset());
+
 test("withStow: the bucket exists in the callback; a throw closes the server and comes back unchanged", async () => {
   const seen = await consumer.withStowBucket();
   assert.equal(alive(seen.pid), false);

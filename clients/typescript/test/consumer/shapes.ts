@@ -11,8 +11,16 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { GetObjectCommand, HeadBucketCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { openStow, withStow, StowSession, type OpenStowOptions } from "@chester-hill-solutions/stow-s3";
+import { GetObjectCommand, HeadBucketCommand, ListBucketsCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import {
+  openStow,
+  withStow,
+  StowS3Error,
+  StowSession,
+  type OpenStowOptions,
+  type StowResetOptions,
+  type StowResetResult,
+} from "@chester-hill-solutions/stow-s3";
 import {
   WorkspaceCommandError,
   addRemote,
@@ -122,6 +130,39 @@ export async function withStowBucket(): Promise<{ pid: number; dataDir: string }
   );
   assert.ok(seen);
   return seen;
+}
+
+export async function sessionReset(): Promise<void> {
+  // One server, a clean S3 state per test: reset() empties it and keeps session.bucket.
+  const session = await openStow({ backend: "memory" });
+  const s3 = new S3Client(session.awsSdkV3Config());
+  try {
+    await s3.send(new PutObjectCommand({ Bucket: session.bucket, Key: "left-behind", Body: "x" }));
+    const removed: StowResetResult = await session.reset();
+    assert.deepEqual(removed, { reset: true, buckets: 1, objects: 1, bytes: 1, uploads: 0, receipts: 0 });
+    const listed = await s3.send(new ListBucketsCommand({}));
+    assert.deepEqual(listed.Buckets?.map((b) => b.Name), [session.bucket]);
+    const bare: StowResetOptions = { keepBucket: false, timeoutMs: 10_000 };
+    const again = await session.reset(bare);
+    assert.equal(again.buckets, 1);
+    assert.deepEqual((await s3.send(new ListBucketsCommand({}))).Buckets ?? [], []);
+  } finally {
+    s3.destroy();
+    await session.close();
+  }
+  // A session started without the flag refuses, and keeps its objects.
+  const refusing = await openStow({ allowReset: false, backend: "memory" });
+  try {
+    const err: unknown = await refusing.reset().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof StowS3Error, `not a StowS3Error: ${String(err)}`);
+    assert.equal(err.code, "MethodNotAllowed");
+    assert.equal(err.status, 405);
+  } finally {
+    await refusing.close();
+  }
 }
 
 // ---- workspaces ---------------------------------------------------------
