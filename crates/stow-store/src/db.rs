@@ -73,9 +73,10 @@ COMMIT;
 pub(crate) struct Effects {
     pub publish: Vec<BlobId>,
     pub unlink: Vec<BlobId>,
-    /// Set by a reset: the blob directory the database now names. Bodies
-    /// published after the commit go there; the old one is swept.
-    pub reset: Option<String>,
+    /// Set by a reset: `Some(dir)` names the blob directory the database
+    /// now names (bodies published after the commit go there, the old one
+    /// is swept); `Some(None)` keeps the directory (it held no body file).
+    pub reset: Option<Option<String>>,
     /// Staged bodies of jobs committed before a reset in the same batch:
     /// no row names them any more, so they are deleted, not published.
     pub discard: Vec<BlobId>,
@@ -469,7 +470,7 @@ impl Shared {
             Ok(()) => {
                 writer.unlinked.clear();
                 if let Some(dir) = effects.reset.take() {
-                    crate::reset::after_commit(&self.blobs, &dir, &effects.discard);
+                    crate::reset::after_commit(&self.blobs, dir.as_deref(), &effects.discard);
                 }
                 for id in &effects.publish {
                     self.blobs.publish(*id);

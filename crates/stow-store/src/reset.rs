@@ -7,7 +7,9 @@
 //! dead blobs) with unqualified `DELETE`s, which SQLite performs by
 //! dropping the tables' pages rather than visiting rows, zeroes the usage
 //! counters, and names a fresh, empty blob directory (`blobs-<16 hex>`) in
-//! the `meta` table. The commit is the one moment the reset happens.
+//! the `meta` table — unless no body file is named (every body inline), when
+//! the directory holds nothing to sweep and stays. The commit is the one
+//! moment the reset happens.
 //!
 //! After the commit (on the thread that ran the batch, before any body of
 //! a later write is published) the store switches to the fresh directory,
@@ -69,20 +71,28 @@ impl Store {
         let dir = format!("{RESET_PREFIX}{:016x}", rand::random::<u64>());
         self.inner.db.write(move |conn, fx| {
             let report = counts(conn)?;
+            // Without a body file named (live or dead), the blob directory
+            // holds nothing to sweep: the reset is the transaction alone.
+            let files: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM blobs WHERE data IS NULL)
+                     OR EXISTS (SELECT 1 FROM dead_blobs)",
+                [],
+                |r| r.get(0),
+            )?;
             conn.execute_batch(
                 "DELETE FROM objects; DELETE FROM parts; DELETE FROM uploads;
                  DELETE FROM completed_uploads; DELETE FROM receipts;
                  DELETE FROM blobs; DELETE FROM dead_blobs; DELETE FROM buckets;
                  UPDATE usage SET bytes = 0, objects = 0, receipts = 0, receipt_bytes = 0;",
             )?;
-            if disk {
+            if disk && files {
                 conn.execute(
                     "INSERT OR REPLACE INTO meta (name, value) VALUES (?1, ?2)",
                     rusqlite::params![META_BLOB_DIR, dir.as_bytes()],
                 )?;
             }
             fault::point("store-reset-emptied");
-            fx.reset = Some(dir);
+            fx.reset = Some(files.then_some(dir));
             Ok(report)
         })
     }
@@ -153,12 +163,17 @@ pub(crate) fn open_blob_dir(conn: &Connection, blobs: &BlobStore) -> Result<()> 
 /// the staged bodies of writes the reset emptied, and sweeps the old
 /// directory in the background. Failures are logged: the database already
 /// names the fresh directory, and the next open finishes the work.
-pub(crate) fn after_commit(blobs: &BlobStore, dir: &str, discard: &[BlobId]) {
+/// `dir` is `None` when the emptied store named no body file: the blob
+/// directory stays.
+pub(crate) fn after_commit(blobs: &BlobStore, dir: Option<&str>, discard: &[BlobId]) {
     fault::point("store-reset-committed");
-    let old = blobs.use_dir(dir);
-    if let Err(e) = blobs.create_current() {
-        tracing::warn!("cannot create the blob directory {dir} after a reset: {e}");
-    }
+    let old = dir.and_then(|dir| {
+        let old = blobs.use_dir(dir);
+        if let Err(e) = blobs.create_current() {
+            tracing::warn!("cannot create the blob directory {dir} after a reset: {e}");
+        }
+        old
+    });
     for id in discard {
         blobs.remove(*id);
     }

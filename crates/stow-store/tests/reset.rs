@@ -142,6 +142,29 @@ fn reset_empties_a_disk_store_and_it_stays_usable() {
     assert_eq!(wait_swept(tmp.path()).len(), 1);
 }
 
+/// With every body inline there is no body file to sweep: the reset is the
+/// transaction alone and the blob directory stays.
+#[test]
+fn a_store_without_body_files_keeps_its_blob_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Store::open(tmp.path(), StoreOptions::default()).unwrap();
+    s.create_bucket("small").unwrap();
+    put(&s, "small", "a", b"inline");
+    assert_eq!(s.reset().unwrap().objects, 1);
+    assert_empty(&s);
+    assert_eq!(blob_dirs(tmp.path()), ["blobs"]);
+    // A file body later still switches.
+    s.create_bucket("large").unwrap();
+    put(&s, "large", "b", &vec![1u8; FILE_BODY]);
+    s.reset().unwrap();
+    assert_empty(&s);
+    let dirs = wait_swept(tmp.path());
+    assert!(dirs.len() == 1 && dirs[0].starts_with("blobs-"), "{dirs:?}");
+    drop(s);
+    let s = Store::open(tmp.path(), StoreOptions::default()).unwrap();
+    assert_empty(&s);
+}
+
 #[test]
 fn reset_empties_a_memory_store() {
     let s = Store::memory(StoreOptions::default()).unwrap();
