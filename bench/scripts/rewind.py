@@ -11,8 +11,9 @@ changed, 2 added and 1 deleted since the head:
 
 Each repetition applies the same edits, then runs the tools in an order
 that alternates between repetitions (the disk's speed swings); every
-result is checked (the tree clean, the edits back). Medians, spreads and
-ratios of medians are printed.
+result is checked (the tree clean, the edits back). Every command starts
+after a `sync` (untimed), so none pays for another's unflushed writes.
+Medians, spreads and ratios of medians are printed.
 
     python3 bench/scripts/rewind.py [--files N] [--reps R] [STOW_BIN]
 """
@@ -29,6 +30,10 @@ from pathlib import Path
 
 
 def run(cmd, cwd, env, check=True):
+    # Nothing left dirty by the previous step (the edits, the other tool's
+    # unflushed writes): on ext4 (data=ordered) the first fsync of a timed
+    # command would otherwise write back someone else's data.
+    os.sync()
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     dt = (time.perf_counter() - t) * 1000

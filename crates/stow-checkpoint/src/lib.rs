@@ -93,7 +93,7 @@ pub use format::{
 };
 pub use gc::{gc, GcResult};
 pub use materialize::verify;
-pub use monitor::TreeMonitor;
+pub use monitor::{KeptReuse, TreeMonitor};
 pub use stored::load_manifest;
 
 pub(crate) use blobs::{

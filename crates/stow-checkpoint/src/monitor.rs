@@ -64,6 +64,18 @@ impl TreeMonitor {
             .is_some()
     }
 
+    /// What the next capture may start from, in numbers: the directory
+    /// nodes kept (reused for directories nothing changed in) and whether
+    /// a stat cache is kept (else it is read from disk again and every
+    /// node rebuilt). `None` when nothing is kept.
+    pub fn kept_reuse(&self) -> Option<KeptReuse> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.as_ref().map(|k| KeptReuse {
+            nodes: k.nodes.len(),
+            stat_cache: k.cache.is_some(),
+        })
+    }
+
     /// Takes the kept state for a capture with these options, if any.
     pub(super) fn take(&self, key: CaptureKey) -> Option<Kept> {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
@@ -94,6 +106,15 @@ impl TreeMonitor {
             *kept = Some(state);
         }
     }
+}
+
+/// What a monitor keeps for the next capture ([`TreeMonitor::kept_reuse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptReuse {
+    /// Directory nodes kept.
+    pub nodes: usize,
+    /// Whether the stat cache is kept in memory.
+    pub stat_cache: bool,
 }
 
 /// The capture options a kept scan depends on.

@@ -95,6 +95,39 @@ fn captures_continue_from_the_head_and_leave_out_what_git_ignores() {
 }
 
 #[test]
+fn a_capture_equal_to_the_head_keeps_the_monitors_nodes_and_stat_cache() {
+    // A monitored capture that finds the tree as the head has it commits
+    // nothing (a rewind's clean-tree undo). What the monitor kept must
+    // survive it: found by measuring, the next capture re-read the stat
+    // cache file and rebuilt every node.
+    let a = attached();
+    let monitor = TreeMonitor::new();
+    let head = capture_with(&a, "first", Some(&monitor));
+    let kept = monitor
+        .kept_reuse()
+        .expect("a monitored capture keeps its state");
+    assert!(kept.nodes >= 3 && kept.stat_cache, "{kept:?}");
+    fs::write(a.root.join("src/a.txt"), "edited").unwrap();
+    fs::write(a.root.join("src/a.txt"), "a").unwrap();
+    let opts = CaptureOptions {
+        same_as: Some(head.clone()),
+        monitor: Some(&monitor),
+        ..Default::default()
+    };
+    let same = checkpoint::capture(&a.reg, &a.id, &opts)
+        .unwrap()
+        .checkpoint_id;
+    assert_eq!(same, head, "nothing changed: the head is the capture");
+    assert_eq!(monitor.kept_reuse(), Some(kept));
+    // And the next capture, after a real change, is right.
+    fs::write(a.root.join("src/deep/b.txt"), "b2").unwrap();
+    let next = capture_with(&a, "next", Some(&monitor));
+    assert_ne!(next, head);
+    let st = status(&a.reg, &a.id, None).unwrap();
+    assert!(st.changes.is_empty(), "{:?}", st.changes);
+}
+
+#[test]
 fn detach_forgets_the_workspace_and_nothing_else() {
     let a = attached();
     capture(&a, "one");

@@ -133,8 +133,20 @@ impl Capture<'_> {
         if let Some(same) = self.unchanged_since(&built) {
             staged.discard();
             // Nothing committed: a monitor keeps its last commit's state
-            // and reads again what changed since (no full scan).
-            return Ok((same, Left::Changed(Box::new((BTreeSet::new(), None)))));
+            // and reads again what changed since (no full scan). The stat
+            // cache it started from stays its own while the file on disk
+            // is the one it knows: dropping it would cost the next capture
+            // a reload and every node rebuilt (a rewind's clean-tree undo
+            // ends here).
+            let cache = self.reuse.and_then(|r| r.disk).map(|stamp| {
+                let kept = StatCache {
+                    scan_start_ns: cache.scan_start_ns,
+                    entries: cache.entries,
+                    nodes: old_nodes,
+                };
+                (kept, stamp)
+            });
+            return Ok((same, Left::Changed(Box::new((BTreeSet::new(), cache)))));
         }
         if let Some(hook) = self.opts.after_copy {
             hook();
