@@ -1,32 +1,69 @@
-//! Fault points for the store's crash tests. A process started with
-//! [`VAR`] naming a point kills itself with SIGKILL on reaching it: no
-//! destructors, no flush, what `kill -9` leaves. Unset (the normal case),
-//! a point does nothing. The variable is read once per process.
+//! Fault points for crash tests, shared by every storage crate. A
+//! process started with [`VAR`] set to a point's name kills itself with
+//! SIGKILL when it reaches that point: no destructors, no flush, exactly
+//! what `kill -9` leaves. Tests use it to stop a process between two
+//! steps whose crash state they check. Without the variable a fault point
+//! does nothing (the variable is read once per process).
 //!
-//! The store's points are `store-reset-emptied` (inside a reset's
+//! The store's own points are `store-reset-emptied` (inside a reset's
 //! transaction, before its commit), `store-reset-committed` (after the
 //! commit, before the switch to the fresh blob directory),
 //! `store-reset-switched` (after the switch, before the old directory is
-//! swept) and `store-reset-sweeping` (the sweep has removed one shard).
+//! swept) and `store-reset-sweeping` (the sweep has removed one shard);
+//! the checkpoint engine names its points at their call sites.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// The environment variable naming the fault point to die at (the same
-/// variable the checkpoint engine's fault points read).
+/// The environment variable naming the fault point to die at.
 pub const VAR: &str = "STOW_TEST_FAULT";
 
-/// Dies here when [`VAR`] names `name`.
-pub(crate) fn point(name: &str) {
-    static ARMED: OnceLock<Option<String>> = OnceLock::new();
-    let armed = ARMED.get_or_init(|| std::env::var(VAR).ok().filter(|v| !v.is_empty()));
-    if armed.as_deref() != Some(name) {
+/// Dies here if [`VAR`] names `name`; `name#N` dies at the point's Nth
+/// visit instead of its first (a point inside a loop); `name@MS` sleeps
+/// MS milliseconds there instead of dying (a window for a concurrent
+/// writer).
+pub fn point(name: &str) {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    static VISITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let v = std::env::var(VAR).ok().filter(|v| !v.is_empty())?;
+        let (v, sleep_ms) = match v.rsplit_once('@') {
+            Some((p, ms)) => (p.to_string(), ms.parse().ok()),
+            None => (v, None),
+        };
+        let (point, nth) = match v.rsplit_once('#') {
+            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+            None => (v, 1),
+        };
+        Some(Armed {
+            point,
+            nth,
+            sleep_ms,
+        })
+    });
+    let Some(armed) = armed else {
+        return;
+    };
+    if armed.point != name || VISITS.fetch_add(1, Ordering::SeqCst) + 1 < armed.nth {
+        return;
+    }
+    if let Some(ms) = armed.sleep_ms {
+        tracing::warn!("fault point {name}: pausing {ms} ms");
+        std::thread::sleep(std::time::Duration::from_millis(ms));
         return;
     }
     tracing::warn!("fault point {name}: killing the process");
-    // SAFETY: getpid and kill have no preconditions; SIGKILL ends the
+    // SAFETY: getpid and kill have no preconditions; the signal ends the
     // process before anything else runs.
     unsafe {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
     std::process::abort();
+}
+
+/// A fault point armed by [`VAR`].
+struct Armed {
+    point: String,
+    nth: u64,
+    sleep_ms: Option<u64>,
 }

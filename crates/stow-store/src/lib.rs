@@ -22,7 +22,7 @@ mod checksum;
 mod completed;
 mod db;
 mod error;
-mod fault;
+pub mod fault;
 mod guarded;
 mod integrity;
 mod joined;
