@@ -318,14 +318,21 @@ def test_wrong_and_malformed_digests(s3server, s3):
             s3.put_object(Bucket="dig", Key=f"md5bad{i}", Body=body, ContentMD5=bad)
         assert code_of(e) == ("InvalidDigest", 400), bad
         assert absent(s3, "dig", f"md5bad{i}")
-    # Malformed x-amz-checksum-crc32 (not base64, wrong length). AWS's error
-    # list documents InvalidDigest ("The Content-MD5 or checksum value that
-    # you specified is not valid"); AWS itself answers InvalidRequest "Value
-    # for x-amz-checksum-crc32 header is invalid." Either, with 400.
+    # Malformed x-amz-checksum-* values (not base64, wrong length) cannot be
+    # the body's: BadDigest, as ceph/s3-tests' AWS-checked
+    # test_object_checksum_sha256 expects (issue 29); InvalidDigest is for a
+    # malformed Content-MD5 only.
     for i, bad in enumerate(["not base64!", b64(b"abc"), b64(b"abcdefgh")]):
         with pytest.raises(botocore.exceptions.ClientError) as e:
             s3.put_object(Bucket="dig", Key=f"crcbad{i}", Body=body, ChecksumCRC32=bad)
-        assert code_of(e) in {("InvalidDigest", 400), ("InvalidRequest", 400)}, (bad, code_of(e))
+        assert code_of(e) == ("BadDigest", 400), (bad, code_of(e))
+        assert absent(s3, "dig", f"crcbad{i}")
+    for i, bad in enumerate(["bad", b64(b"short")]):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object(Bucket="dig", Key=f"shabad{i}", Body=body, ChecksumAlgorithm="SHA256",
+                          ChecksumSHA256=bad)
+        assert code_of(e) == ("BadDigest", 400), (bad, code_of(e))
+        assert absent(s3, "dig", f"shabad{i}")
         assert absent(s3, "dig", f"crcbad{i}")
     # An empty Content-MD5 header: InvalidDigest.
     r = signed_raw(s3server, "PUT", "/dig/empty-md5", {"Content-MD5": ""}, body)

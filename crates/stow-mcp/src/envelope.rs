@@ -285,7 +285,8 @@ pub fn map_store_error(e: &StoreError) -> MappedError {
         | E::InvalidArgument { .. }
         | E::InvalidCondition { .. }
         | E::InvalidBucketName { .. }
-        | E::InvalidDigest { .. } => (Code::Invalid, Outcome::Unknown),
+        | E::InvalidDigest { .. }
+        | E::InvalidChecksum { .. } => (Code::Invalid, Outcome::Unknown),
         E::TooLarge { .. } => (Code::PayloadTooLarge, Outcome::Unknown),
         E::Conflict | E::PreconditionFailed { .. } => (Code::Conflict, Outcome::NotCommitted),
         E::RequestConflict => (Code::RequestConflict, Outcome::Unknown),

@@ -20,8 +20,11 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::PreconditionFailed { .. } => S3ErrorCode::PreconditionFailed,
         E::Conflict => S3ErrorCode::ConditionalRequestConflict,
         E::InvalidRange { .. } => S3ErrorCode::InvalidRange,
+        // A malformed Content-MD5 is InvalidDigest; an x-amz-checksum-*
+        // value that cannot be the body's (malformed or not matching) is
+        // BadDigest, as AWS answers both.
         E::InvalidDigest { .. } => S3ErrorCode::InvalidDigest,
-        E::BadDigest { .. } => S3ErrorCode::BadDigest,
+        E::InvalidChecksum { .. } | E::BadDigest { .. } => S3ErrorCode::BadDigest,
         E::TooLarge { .. } => S3ErrorCode::EntityTooLarge,
         E::NoSuchUpload { .. } => S3ErrorCode::NoSuchUpload,
         E::InvalidPart { .. } => S3ErrorCode::InvalidPart,
@@ -176,6 +179,11 @@ mod tests {
             (
                 E::InvalidDigest { reason: "r".into() },
                 C::InvalidDigest,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidChecksum { reason: "r".into() },
+                C::BadDigest,
                 StatusCode::BAD_REQUEST,
             ),
             (

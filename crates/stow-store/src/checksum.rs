@@ -58,11 +58,11 @@ impl ChecksumAlgorithm {
 
     /// Decodes a base64 checksum value, refusing malformed or wrong-length ones.
     pub fn decode(self, value: &str) -> Result<Vec<u8>> {
-        let raw = B64.decode(value).map_err(|_| StoreError::InvalidDigest {
+        let raw = B64.decode(value).map_err(|_| StoreError::InvalidChecksum {
             reason: format!("{} checksum is not valid base64", self.as_str()),
         })?;
         if raw.len() != self.digest_len() {
-            return Err(StoreError::InvalidDigest {
+            return Err(StoreError::InvalidChecksum {
                 reason: format!(
                     "{} checksum must be {} bytes",
                     self.as_str(),
@@ -285,14 +285,14 @@ mod tests {
     fn decode_refuses_bad_values() {
         assert_eq!(
             ChecksumAlgorithm::Crc32.decode("!!").unwrap_err().code(),
-            "invalid_digest"
+            "invalid_checksum"
         );
         assert_eq!(
             ChecksumAlgorithm::Crc32
                 .decode("AAAAAAAAAAA=")
                 .unwrap_err()
                 .code(),
-            "invalid_digest"
+            "invalid_checksum"
         );
         assert_eq!(
             decode_content_md5("abc").unwrap_err().code(),

@@ -66,6 +66,12 @@ pub enum StoreError {
     /// A supplied digest (Content-MD5 or checksum) is not well formed.
     #[error("invalid digest: {reason}")]
     InvalidDigest { reason: String },
+    /// A supplied `x-amz-checksum-*` value is not a digest of its algorithm
+    /// (not base64, or the wrong length). Kept apart from
+    /// [`StoreError::InvalidDigest`] (a malformed Content-MD5) because S3
+    /// answers the two differently.
+    #[error("invalid checksum: {reason}")]
+    InvalidChecksum { reason: String },
     /// A supplied digest does not match the received bytes.
     #[error("digest mismatch: {reason}")]
     BadDigest { reason: String },
@@ -116,6 +122,7 @@ impl StoreError {
             ReceiptNotFound => "not_found",
             InvalidRange { .. } => "invalid_range",
             InvalidDigest { .. } => "invalid_digest",
+            InvalidChecksum { .. } => "invalid_checksum",
             BadDigest { .. } => "bad_digest",
             TooLarge { .. } => "too_large",
             NoSuchUpload { .. } => "no_such_upload",

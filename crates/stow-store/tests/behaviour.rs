@@ -760,7 +760,7 @@ fn checksums(make: Make) {
             expected_checksums: vec![(ChecksumAlgorithm::Sha256, "short".into())],
             ..Default::default()
         }),
-        "invalid_digest"
+        "invalid_checksum"
     );
     assert_eq!(
         bad(PutOptions {
