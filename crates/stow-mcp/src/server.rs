@@ -378,7 +378,7 @@ fn parse<T: DeserializeOwned>(kind: Kind, args: Map<String, Value>) -> Result<T,
 }
 
 /// Runs one validated tool call (on the blocking pool: the store blocks).
-fn dispatch(core: &Core, name: &str, args: Map<String, Value>) -> CallOutput {
+pub(crate) fn dispatch(core: &Core, name: &str, args: Map<String, Value>) -> CallOutput {
     let kind = kind_of(name);
     let run = || -> Result<CallOutput, CallOutput> {
         Ok(match name {

@@ -1,10 +1,12 @@
-//! The `mcp_line` fuzz corpus in regression mode (issue 28): every input
-//! kept in `fuzz/corpus/mcp_line` goes through the transport's line
-//! parser again on every `make test`, without libFuzzer.
+//! The MCP fuzz corpora in regression mode (issue 28): every input kept
+//! in `fuzz/corpus/<target>` goes through its entry point again on every
+//! `make test`, without libFuzzer.
 
-#[test]
-fn every_mcp_line_input_goes_through_the_transport() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/mcp_line");
+/// Runs `entry` over every input of corpus `target`.
+fn replay(target: &str, entry: fn(&[u8])) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let mut inputs: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -12,7 +14,17 @@ fn every_mcp_line_input_goes_through_the_transport() {
     inputs.sort();
     assert!(!inputs.is_empty(), "an empty corpus");
     for input in inputs {
-        eprintln!("mcp_line: {}", input.display());
-        stow_mcp::fuzzing::transport_line(&std::fs::read(&input).unwrap());
+        eprintln!("{target}: {}", input.display());
+        entry(&std::fs::read(&input).unwrap());
     }
+}
+
+#[test]
+fn every_mcp_line_input_goes_through_the_transport() {
+    replay("mcp_line", stow_mcp::fuzzing::transport_line);
+}
+
+#[test]
+fn every_tool_arguments_input_goes_through_validation_and_the_call() {
+    replay("mcp_tool_args", stow_mcp::fuzzing::tool_arguments);
 }

@@ -6,7 +6,7 @@
 mod config;
 mod envelope;
 mod rewind;
-mod server;
+pub(crate) mod server;
 mod tools;
 
 use std::sync::Arc;

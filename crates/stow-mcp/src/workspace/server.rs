@@ -17,7 +17,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
 use super::envelope::WsEnvelope;
-use super::tools::WorkspaceCore;
+use super::rewind::{ListArgs, RewindArgs, StatusArgs};
+use super::tools::{
+    AdoptArgs, CaptureArgs, DiffArgs, ExportArgs, InspectArgs, WorkspaceArgs, WorkspaceCore,
+};
 use crate::core::MAX_RESPONSE_BYTES;
 use crate::schema::{self, ToolDef};
 use crate::server::{encoded_len, DefinitionError};
@@ -137,24 +140,59 @@ fn parse<T: DeserializeOwned>(name: &str, args: Map<String, Value>) -> Result<T,
     })
 }
 
+/// A workspace tool call with its typed arguments: what [`parse_call`]
+/// makes of a validated call, before anything is run.
+pub(crate) enum Call {
+    InspectWorkspace(WorkspaceArgs),
+    Capture(CaptureArgs, bool),
+    InspectCheckpoint(InspectArgs),
+    Diff(DiffArgs),
+    Export(ExportArgs),
+    Adopt(AdoptArgs),
+    Status(StatusArgs),
+    List(ListArgs),
+    Rewind(RewindArgs),
+}
+
+/// The typed call for tool `name` (arguments already checked against its
+/// input schema); a refusal envelope when they do not fit the type.
+pub(crate) fn parse_call(name: &str, args: Map<String, Value>) -> Result<Call, Box<WsEnvelope>> {
+    Ok(match name {
+        "stow_workspace_inspect" => Call::InspectWorkspace(parse(name, args)?),
+        "stow_checkpoint_create" => Call::Capture(parse(name, args)?, false),
+        "stow_checkpoint_resolve" => Call::Capture(parse(name, args)?, true),
+        "stow_checkpoint_inspect" => Call::InspectCheckpoint(parse(name, args)?),
+        "stow_checkpoint_diff" => Call::Diff(parse(name, args)?),
+        "stow_handoff_export" => Call::Export(parse(name, args)?),
+        "stow_handoff_adopt" => Call::Adopt(parse(name, args)?),
+        "stow_workspace_status" => Call::Status(parse(name, args)?),
+        "stow_checkpoint_list" => Call::List(parse(name, args)?),
+        "stow_workspace_rewind" => Call::Rewind(parse(name, args)?),
+        _ => {
+            return Err(Box::new(WsEnvelope::refused(
+                "ok",
+                "invalid_request",
+                "validate",
+                "unknown tool".into(),
+            )))
+        }
+    })
+}
+
 /// Runs one validated call (on the blocking pool: the engine blocks).
 fn dispatch(core: &WorkspaceCore, name: &str, args: Map<String, Value>) -> WsEnvelope {
-    let run = || -> Result<WsEnvelope, Box<WsEnvelope>> {
-        Ok(match name {
-            "stow_workspace_inspect" => core.inspect_workspace(parse(name, args)?),
-            "stow_checkpoint_create" => core.capture(parse(name, args)?, false),
-            "stow_checkpoint_resolve" => core.capture(parse(name, args)?, true),
-            "stow_checkpoint_inspect" => core.inspect_checkpoint(parse(name, args)?),
-            "stow_checkpoint_diff" => core.diff(parse(name, args)?),
-            "stow_handoff_export" => core.export(parse(name, args)?),
-            "stow_handoff_adopt" => core.adopt(parse(name, args)?),
-            "stow_workspace_status" => core.status(parse(name, args)?),
-            "stow_checkpoint_list" => core.list(parse(name, args)?),
-            "stow_workspace_rewind" => core.rewind(parse(name, args)?),
-            _ => WsEnvelope::refused("ok", "invalid_request", "validate", "unknown tool".into()),
-        })
-    };
-    run().unwrap_or_else(|refusal| *refusal)
+    match parse_call(name, args) {
+        Ok(Call::InspectWorkspace(a)) => core.inspect_workspace(a),
+        Ok(Call::Capture(a, resolve)) => core.capture(a, resolve),
+        Ok(Call::InspectCheckpoint(a)) => core.inspect_checkpoint(a),
+        Ok(Call::Diff(a)) => core.diff(a),
+        Ok(Call::Export(a)) => core.export(a),
+        Ok(Call::Adopt(a)) => core.adopt(a),
+        Ok(Call::Status(a)) => core.status(a),
+        Ok(Call::List(a)) => core.list(a),
+        Ok(Call::Rewind(a)) => core.rewind(a),
+        Err(refusal) => *refusal,
+    }
 }
 
 fn encode(env: &WsEnvelope) -> Result<CallToolResult, serde_json::Error> {
