@@ -375,7 +375,8 @@ const MAX_PRESIGNED_EXPIRES: i64 = 604_800;
 /// Refuses a presigned URL whose `X-Amz-Expires` is not a whole number of
 /// seconds between 1 and a week, before anything else looks at it: a URL
 /// that claims to live longer must not be served (AWS refuses it with 400
-/// AuthorizationQueryParametersError).
+/// AuthorizationQueryParametersError); one of zero seconds or less has
+/// expired (403 AccessDenied, as AWS answers).
 fn presigned_expiry_refusal(query: &str) -> Option<s3s::S3Error> {
     let value = query.split('&').find_map(|p| {
         let (k, v) = p.split_once('=').unwrap_or((p, ""));
@@ -393,7 +394,12 @@ fn presigned_expiry_refusal(query: &str) -> Option<s3s::S3Error> {
         Ok(n) if n > MAX_PRESIGNED_EXPIRES => {
             refuse("X-Amz-Expires must be less than a week (in seconds) that is 604800")
         }
-        Ok(n) if n < 0 => refuse("X-Amz-Expires must be non-negative"),
+        // A URL valid for no time (or less) expired when it was signed:
+        // AWS answers 403 AccessDenied, as for any expired URL.
+        Ok(_) => Some(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::AccessDenied,
+            "Request has expired".to_string(),
+        )),
         _ => refuse("X-Amz-Expires should be a number from 1 to 604800"),
     }
 }
@@ -755,6 +761,17 @@ mod tests {
             assert!(presigned_expiry_refusal(&q(bad)).is_some(), "{bad}");
         }
         assert!(presigned_expiry_refusal("list-type=2").is_none());
+        // A lifetime of zero or less has expired: 403 AccessDenied, not 400.
+        for expired in ["0", "-5", "-1000"] {
+            let refusal = presigned_expiry_refusal(&q(expired));
+            let code = refusal.as_ref().map(|e| e.code().clone());
+            assert_eq!(code, Some(s3s::S3ErrorCode::AccessDenied), "{expired}");
+        }
+        let code = presigned_expiry_refusal(&q("604801")).map(|e| e.code().clone());
+        assert_eq!(
+            code,
+            Some(s3s::S3ErrorCode::AuthorizationQueryParametersError)
+        );
     }
 
     #[test]

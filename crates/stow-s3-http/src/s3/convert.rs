@@ -145,8 +145,30 @@ pub(super) fn metadata_in(m: Option<Metadata>) -> BTreeMap<String, String> {
     m.map(|m| m.into_iter().collect()).unwrap_or_default()
 }
 
+/// The ASCII-only user metadata, which `s3s` writes as headers unchanged.
+/// Values holding other characters go out through [`metadata_raw_headers`]:
+/// `s3s` would RFC 2047-encode them, where AWS answers the bytes it was
+/// given.
 pub(super) fn metadata_out(m: &BTreeMap<String, String>) -> Option<Metadata> {
-    (!m.is_empty()).then(|| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    let ascii: Metadata = m
+        .iter()
+        .filter(|(_, v)| v.is_ascii())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!ascii.is_empty()).then_some(ascii)
+}
+
+/// `x-amz-meta-*` headers for the metadata values that are not ASCII, as
+/// their UTF-8 bytes (what the client sent), for a response's own headers.
+pub(super) fn metadata_raw_headers(m: &BTreeMap<String, String>) -> S3Result<http::HeaderMap> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in m.iter().filter(|(_, v)| !v.is_ascii()) {
+        let name = http::HeaderName::from_bytes(format!("x-amz-meta-{k}").as_bytes())
+            .map_err(S3Error::internal_error)?;
+        let value = http::HeaderValue::from_bytes(v.as_bytes()).map_err(S3Error::internal_error)?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
 }
 
 pub(super) fn format_http_date(t: &Timestamp) -> S3Result<String> {

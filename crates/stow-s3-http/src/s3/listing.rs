@@ -31,7 +31,11 @@ pub(super) async fn list_objects(
         .map(enc);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: Some(enc(input.prefix.unwrap_or_default())),
+        // ListObjects (v1) url-encodes keys, common prefixes, the delimiter
+        // and the markers, never the Prefix element: it is echoed as sent
+        // (XML-escaped), as AWS does and as SDKs, which decode only the
+        // others, expect.
+        prefix: Some(input.prefix.unwrap_or_default()),
         marker: Some(enc(input.marker.unwrap_or_default())),
         max_keys: Some(max as i32),
         is_truncated: Some(page.is_truncated),

@@ -133,16 +133,16 @@ pub(super) async fn upload_part_copy(
     let number = i64::from(input.part_number);
     let info = tokio::task::spawn_blocking(move || {
         let read = match store.get_object(&src_bucket, &src_key, range) {
-            // A copy range outside the source is the request's fault (400),
-            // not an unsatisfiable read (416).
-            Err(StoreError::InvalidRange { size }) => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "Range specified is not valid for source object of size: {size}"
-                ))
-            }
+            Err(StoreError::InvalidRange { size }) => return Err(copy_range_outside(size)),
             r => r.map_err(to_s3)?,
         };
+        // A read clamps the range's end to the object; a copy range must
+        // lie wholly inside the source.
+        if let Some(ByteRange::FromTo(_, last)) = range {
+            if last >= read.meta.size {
+                return Err(copy_range_outside(read.meta.size));
+            }
+        }
         if conditions.check(&read.meta) != store::ConditionCheck::Pass {
             return Err(s3_error!(PreconditionFailed));
         }
@@ -168,6 +168,17 @@ pub(super) async fn upload_part_copy(
         }),
         ..Default::default()
     }))
+}
+
+/// A copy range reaching outside the source: the request's fault, 400
+/// InvalidRange (as AWS answers UploadPartCopy), not a 416 read.
+fn copy_range_outside(size: u64) -> S3Error {
+    let mut e = s3_error!(
+        InvalidRange,
+        "Range specified is not valid for source object of size: {size}"
+    );
+    e.set_status_code(http::StatusCode::BAD_REQUEST);
+    e
 }
 
 pub(super) async fn complete_multipart_upload(
