@@ -3,9 +3,9 @@
 //! `ignore` crate, the matcher ripgrep uses for `.gitignore`.
 //!
 //! An attached workspace (recorded with `gitignore`) also leaves out what
-//! git ignores there: the user's global excludes file (git's default,
-//! `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`; a
-//! `core.excludesFile` setting is not read), `.git/info/exclude`, the
+//! git ignores there: the user's global excludes file (`core.excludesFile`,
+//! else git's default), the repository's `info/exclude` (found as git
+//! finds them: `gitexcludes`), the
 //! root's `.gitignore`, and the
 //! `.gitignore` of every directory below, each matched relative to its own
 //! directory. Precedence, first decided wins: `.stowignore`, then the
@@ -22,6 +22,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
 use crate::error::{Result, WsError};
+use crate::gitexcludes::excludes_files;
 use crate::statcache::FileStamp;
 
 /// The ignore file's name, at the workspace root.
@@ -215,24 +216,6 @@ fn exclude_stamp(root: &Path, gitignore: bool) -> ExcludeStamps {
         return [None, None];
     }
     excludes_files(root).map(|p| p.and_then(|p| FileStamp::of(&p)))
-}
-
-/// Git's excludes files for the repository at `root`, lowest precedence
-/// first: the user's global one (git's default location) and
-/// `.git/info/exclude`.
-fn excludes_files(root: &Path) -> [Option<PathBuf>; 2] {
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".config"))
-        });
-    [
-        config.map(|c| c.join("git").join("ignore")),
-        Some(root.join(".git").join("info").join("exclude")),
-    ]
 }
 
 /// The rules a capture applied whose `.gitignore` files held `git` (by

@@ -46,6 +46,7 @@ pub mod fault;
 pub mod fsutil;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gitexcludes;
 mod layout;
 pub mod parallel;
 pub mod paths;
