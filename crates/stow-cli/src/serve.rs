@@ -136,6 +136,16 @@ pub struct ServeArgs {
     /// Without it the route is refused with 405 MethodNotAllowed.
     #[arg(long, conflicts_with = "read_only")]
     allow_reset: bool,
+    /// Serve the web console (the default for a loopback --host).
+    #[arg(long, overrides_with = "no_console")]
+    console: bool,
+    /// Do not serve the web console (the default for other hosts).
+    #[arg(long, overrides_with = "console")]
+    no_console: bool,
+    /// Port of the web console, never the S3 port; 0 (the default) picks
+    /// a free one (printed as `console=` in the readiness line).
+    #[arg(long, default_value_t = 0)]
+    console_port: u16,
 }
 
 /// `stow-s3 workspace serve`.
@@ -199,7 +209,8 @@ pub fn run_workspace(
     run_server(
         config,
         SocketAddr::new(listen.host, args.port),
-        |endpoint| {
+        None,
+        |endpoint, _| {
             // The workspace as `resume` describes it, and the server.
             let mut ready = description;
             if let serde_json::Value::Object(fields) = &mut ready {
@@ -328,6 +339,17 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         ..listen.config(Arc::new(store))
     };
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
+    let console = (args.console || (!args.no_console && listen.host.is_loopback())).then(|| {
+        let console = stow_console::ConsoleConfig {
+            store: config.store.clone(),
+            access_key: access_key.clone(),
+            secret_key: secret_key.clone(),
+            region: listen.region.clone(),
+            read_only: args.read_only,
+            max_upload_bytes: listen.max_request_bytes,
+        };
+        (SocketAddr::new(listen.host, args.console_port), console)
+    });
     let backend_name = match args.backend {
         Backend::Filesystem => "filesystem",
         Backend::Memory => "memory",
@@ -335,7 +357,8 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
     run_server(
         config,
         SocketAddr::new(listen.host, args.port),
-        |endpoint| {
+        console,
+        |endpoint, console_url| {
             let line = match listen.ready_fd {
             Some(_) => serde_json::json!({
                 "protocolVersion": 1,
@@ -346,6 +369,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
                 "secretAccessKey": secret_key,
                 "mode": "local",
                 "backend": backend_name,
+                "console": console_url,
                 "capabilities": {
                     "persistent": args.backend == Backend::Filesystem,
                     "multipart": true,
@@ -360,7 +384,8 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
             })
             .to_string(),
             None => format!(
-                "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local"
+                "STOW_READY endpoint={endpoint} access_key={access_key} secret_key={secret_key} mode=local{}",
+                console_url.map(|u| format!(" console={u}")).unwrap_or_default()
             ),
         };
             listen.announce(&line)
@@ -369,12 +394,14 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
     Ok(serde_json::Value::Null)
 }
 
-/// Binds `addr`, calls `announce` with the endpoint once the server is
-/// ready, and serves until SIGINT/SIGTERM, then drains for up to 10 s.
+/// Binds `addr` (and the console's address, if any), calls `announce`
+/// with the endpoint and the console's URL once both are ready, and
+/// serves until SIGINT/SIGTERM, then drains for up to 10 s.
 pub(crate) fn run_server(
     config: ServerConfig,
     addr: SocketAddr,
-    announce: impl FnOnce(&str) -> Result<(), CliError>,
+    console: Option<(SocketAddr, stow_console::ConsoleConfig)>,
+    announce: impl FnOnce(&str, Option<&str>) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -384,6 +411,18 @@ pub(crate) fn run_server(
         let server = Server::bind(addr, config)
             .await
             .map_err(|e| refuse("address_in_use", format!("cannot listen on {addr}: {e}")))?;
+        let console = match console {
+            Some((at, console)) => Some(stow_console::Console::bind(at, console).await.map_err(
+                |e| {
+                    refuse(
+                        "address_in_use",
+                        format!("cannot listen on {at} for the console: {e}"),
+                    )
+                },
+            )?),
+            None => None,
+        };
+        let console_url = console.as_ref().map(stow_console::Console::url);
         let shutdown = shutdown_signal()?;
         let bound = server.local_addr();
         let shown = if bound.ip().is_unspecified() {
@@ -393,8 +432,12 @@ pub(crate) fn run_server(
         };
         let endpoint = format!("http://{shown}");
         tracing::info!("stow listening on {endpoint} (mode=local)");
-        announce(&endpoint)?;
+        announce(&endpoint, console_url.as_deref())?;
+        let console = console.map(|c| c.spawn(Duration::from_secs(10)));
         server.run(shutdown, Duration::from_secs(10)).await;
+        if let Some(console) = console {
+            console.stop().await;
+        }
         tracing::info!("stopped; data directory released");
         Ok::<(), CliError>(())
     })

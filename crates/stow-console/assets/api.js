@@ -1,0 +1,101 @@
+// The console's JSON API (/_stow/console/api/), same origin only.
+// State-changing calls send the session's CSRF token in X-Stow-CSRF.
+
+/** An API refusal: `code` is the server's machine code (S3's for S3 errors). */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+let csrf = "";
+
+/** Remembers the session's CSRF token (from sign-in or `session`). */
+export function setCsrf(token) {
+  csrf = token || "";
+}
+
+/** The URL of an API route with query parameters (relative to the page). */
+export function apiUrl(route, params = {}) {
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") query.set(name, String(value));
+  }
+  const q = query.toString();
+  return `api/${route}${q ? `?${q}` : ""}`;
+}
+
+async function call(method, route, params, body, headers = {}) {
+  const init = { method, headers: { ...headers }, credentials: "same-origin", cache: "no-store" };
+  if (method !== "GET" && method !== "HEAD") init.headers["X-Stow-CSRF"] = csrf;
+  if (body !== undefined) {
+    if (body instanceof Blob) {
+      init.body = body;
+    } else {
+      init.body = JSON.stringify(body);
+      init.headers["Content-Type"] = "application/json";
+    }
+  }
+  const resp = await fetch(apiUrl(route, params), init);
+  let data = null;
+  try {
+    data = await resp.json();
+  } catch {
+    data = null;
+  }
+  if (!resp.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(resp.status, err.code || `http_${resp.status}`, err.message || resp.statusText);
+  }
+  return data;
+}
+
+export const api = {
+  session: () => call("GET", "session"),
+  signIn: (accessKey, secretKey) => call("POST", "session", {}, { access_key: accessKey, secret_key: secretKey }),
+  signOut: () => call("DELETE", "session"),
+  buckets: () => call("GET", "buckets"),
+  createBucket: (name) => call("POST", "buckets", {}, { name }),
+  deleteBucket: (name) => call("DELETE", "bucket", { name }),
+  objects: (bucket, prefix, token) => call("GET", "objects", { bucket, prefix, token }),
+  deleteObject: (bucket, key) => call("DELETE", "object", { bucket, key }),
+  downloadUrl: (bucket, key) => apiUrl("object", { bucket, key }),
+};
+
+/**
+ * Uploads one file with a single PUT, reporting progress (0..1) through
+ * `onProgress`. XMLHttpRequest, because fetch reports no upload progress.
+ * Returns { promise, cancel }.
+ */
+export function upload(bucket, key, file, onProgress) {
+  const xhr = new XMLHttpRequest();
+  const promise = new Promise((resolve, reject) => {
+    xhr.open("PUT", apiUrl("object", { bucket, key }));
+    xhr.setRequestHeader("X-Stow-CSRF", csrf);
+    xhr.setRequestHeader("Content-Type", file.type || "application/octet-stream");
+    xhr.upload.onprogress = (e) => {
+      if (e.lengthComputable) onProgress(e.loaded / e.total);
+    };
+    xhr.onload = () => {
+      let data = null;
+      try {
+        data = JSON.parse(xhr.responseText);
+      } catch {
+        data = null;
+      }
+      if (xhr.status >= 200 && xhr.status < 300) {
+        onProgress(1);
+        resolve(data);
+      } else {
+        const err = (data && data.error) || {};
+        reject(new ApiError(xhr.status, err.code || `http_${xhr.status}`, err.message || xhr.statusText));
+      }
+    };
+    xhr.onerror = () => reject(new ApiError(0, "network", "the upload failed (network error)"));
+    xhr.onabort = () => reject(new ApiError(0, "cancelled", "the upload was cancelled"));
+    xhr.send(file);
+  });
+  return { promise, cancel: () => xhr.abort() };
+}

@@ -1,0 +1,346 @@
+// stow-s3 console: sign-in, buckets and objects.
+// Every name from the server reaches the page as text (textContent, Text
+// nodes, attribute values), never as markup.
+
+import { api, upload, setCsrf } from "./api.js";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  session: null, // { access_key, read_only, ... }
+  bucket: "",
+  prefix: "",
+  tokens: [""], // continuation token of each page seen, the current one last
+  next: null,
+};
+
+/** Creates an element. Strings among `children` become Text nodes. */
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value === true) node.setAttribute(name, "");
+    else if (value !== false && value !== null && value !== undefined) node.setAttribute(name, String(value));
+  }
+  node.append(...children);
+  return node;
+}
+
+function formatSize(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return i === 0 ? `${n} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+function formatTime(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+}
+
+function say(text) {
+  $("status").textContent = text;
+}
+
+function showError(err) {
+  const box = $("error");
+  box.textContent = err.code ? `${err.code}: ${err.message}` : String(err.message || err);
+  box.hidden = false;
+}
+
+function clearError() {
+  $("error").hidden = true;
+  $("error").textContent = "";
+}
+
+/** Runs an action; a lost session goes back to sign-in, other errors are shown. */
+async function attempt(action) {
+  try {
+    return await action();
+  } catch (err) {
+    if (err.status === 401 && state.session) {
+      signedOut("Your session has ended; sign in again.");
+    } else {
+      showError(err);
+    }
+    return undefined;
+  }
+}
+
+function showOnly(id) {
+  for (const section of ["sign-in", "buckets", "objects"]) $(section).hidden = section !== id;
+}
+
+function confirmDelete(text) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = text;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.showModal();
+    $("confirm-ok").focus();
+  });
+}
+
+// ---- session ----
+
+function signedIn(session) {
+  state.session = session;
+  setCsrf(session.csrf);
+  $("who").textContent = `${session.access_key}${session.read_only ? " (read-only)" : ""}`;
+  $("sign-out").hidden = false;
+  for (const node of document.querySelectorAll("#create-bucket-form, #upload")) node.hidden = session.read_only;
+  route();
+}
+
+function signedOut(message) {
+  state.session = null;
+  setCsrf("");
+  $("who").textContent = "";
+  $("sign-out").hidden = true;
+  showOnly("sign-in");
+  say("");
+  if (message) showError({ message });
+  $("sign-in-form").elements.access_key.focus();
+}
+
+$("sign-in-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  clearError();
+  const form = e.target;
+  try {
+    const session = await api.signIn(form.elements.access_key.value, form.elements.secret_key.value);
+    form.elements.secret_key.value = "";
+    signedIn(session);
+  } catch (err) {
+    showError(err);
+  }
+});
+
+$("sign-out").addEventListener("click", async () => {
+  await attempt(() => api.signOut());
+  signedOut("");
+  say("Signed out.");
+});
+
+// ---- routing: #b=<bucket>&p=<prefix> ----
+
+function link(bucket, prefix) {
+  if (!bucket) return "#/";
+  const params = new URLSearchParams({ b: bucket });
+  if (prefix) params.set("p", prefix);
+  return `#${params.toString()}`;
+}
+
+function route() {
+  if (!state.session) return;
+  clearError();
+  const params = new URLSearchParams(location.hash.replace(/^#\/?/, ""));
+  const bucket = params.get("b") || "";
+  const prefix = params.get("p") || "";
+  if (bucket) {
+    if (bucket !== state.bucket || prefix !== state.prefix) state.tokens = [""];
+    state.bucket = bucket;
+    state.prefix = prefix;
+    showObjects();
+  } else {
+    state.bucket = "";
+    showBuckets();
+  }
+}
+
+window.addEventListener("hashchange", route);
+
+// ---- buckets ----
+
+async function showBuckets() {
+  showOnly("buckets");
+  document.title = "Buckets · stow-s3";
+  const data = await attempt(() => api.buckets());
+  if (!data) return;
+  const rows = data.buckets.map((b) =>
+    el(
+      "tr",
+      {},
+      el("td", { class: "name" }, el("a", { href: link(b.name, "") }, b.name)),
+      el("td", {}, formatTime(b.created)),
+      el(
+        "td",
+        { class: "actions" },
+        el("button", {
+          type: "button",
+          class: "danger",
+          hidden: state.session.read_only,
+          "aria-label": `Delete bucket ${b.name}`,
+          text: "Delete",
+          onclick: () => deleteBucket(b.name),
+        }),
+      ),
+    ),
+  );
+  $("bucket-rows").replaceChildren(...rows);
+  $("no-buckets").hidden = rows.length > 0;
+}
+
+$("create-bucket-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  clearError();
+  const input = e.target.elements.name;
+  const name = input.value.trim();
+  const done = await attempt(() => api.createBucket(name));
+  if (done) {
+    input.value = "";
+    say(`Created bucket ${name}.`);
+    showBuckets();
+  }
+});
+
+async function deleteBucket(name) {
+  clearError();
+  if (!(await confirmDelete(`Delete the bucket "${name}"? Only an empty bucket can be deleted.`))) return;
+  const done = await attempt(() => api.deleteBucket(name));
+  if (done) {
+    say(`Deleted bucket ${name}.`);
+    showBuckets();
+  }
+}
+
+// ---- objects ----
+
+function crumbs() {
+  const parts = [el("a", { href: "#/" }, "Buckets"), el("span", { class: "sep", "aria-hidden": "true" }, "/")];
+  parts.push(el("a", { href: link(state.bucket, "") }, state.bucket));
+  let at = "";
+  for (const segment of state.prefix.split("/").filter((s) => s !== "")) {
+    at += `${segment}/`;
+    parts.push(el("span", { class: "sep", "aria-hidden": "true" }, "/"));
+    parts.push(el("a", { href: link(state.bucket, at) }, segment));
+  }
+  $("crumbs").replaceChildren(...parts);
+}
+
+async function showObjects() {
+  showOnly("objects");
+  document.title = `${state.bucket} · stow-s3`;
+  $("bucket-name").textContent = state.bucket;
+  crumbs();
+  const token = state.tokens[state.tokens.length - 1];
+  const data = await attempt(() => api.objects(state.bucket, state.prefix, token));
+  if (!data) {
+    $("object-rows").replaceChildren();
+    return;
+  }
+  const readOnly = state.session.read_only;
+  const folders = data.folders.map((folder) =>
+    el(
+      "tr",
+      {},
+      el("td", { class: "name" }, el("a", { href: link(state.bucket, folder) }, folder.slice(state.prefix.length))),
+      el("td", {}, "folder"),
+      el("td", {}),
+      el("td", {}),
+    ),
+  );
+  const objects = data.objects.map((o) =>
+    el(
+      "tr",
+      {},
+      el("td", { class: "name" }, o.key.slice(state.prefix.length)),
+      el("td", {}, formatSize(o.size)),
+      el("td", {}, formatTime(o.last_modified)),
+      el(
+        "td",
+        { class: "actions" },
+        el("a", {
+          class: "button",
+          href: api.downloadUrl(state.bucket, o.key),
+          download: "",
+          "aria-label": `Download ${o.key}`,
+          text: "Download",
+        }),
+        el("button", {
+          type: "button",
+          class: "danger",
+          hidden: readOnly,
+          "aria-label": `Delete ${o.key}`,
+          text: "Delete",
+          onclick: () => deleteObject(o.key),
+        }),
+      ),
+    ),
+  );
+  $("object-rows").replaceChildren(...folders, ...objects);
+  $("no-objects").hidden = folders.length + objects.length > 0;
+  state.next = data.next;
+  $("next-page").hidden = !data.next;
+  $("prev-page").hidden = state.tokens.length < 2;
+}
+
+async function deleteObject(key) {
+  clearError();
+  if (!(await confirmDelete(`Delete "${key}" from ${state.bucket}? This cannot be undone.`))) return;
+  const done = await attempt(() => api.deleteObject(state.bucket, key));
+  if (done) {
+    say(`Deleted ${key}.`);
+    showObjects();
+  }
+}
+
+$("next-page").addEventListener("click", () => {
+  if (!state.next) return;
+  state.tokens.push(state.next);
+  showObjects();
+});
+
+$("prev-page").addEventListener("click", () => {
+  if (state.tokens.length > 1) state.tokens.pop();
+  showObjects();
+});
+
+$("refresh").addEventListener("click", () => showObjects());
+
+$("upload").addEventListener("click", () => $("upload-input").click());
+
+$("upload-input").addEventListener("change", async (e) => {
+  const files = [...e.target.files];
+  e.target.value = "";
+  clearError();
+  const bucket = state.bucket;
+  const prefix = state.prefix;
+  for (const file of files) {
+    const key = prefix + file.name;
+    const bar = el("progress", { max: "1", value: "0", "aria-label": `Upload progress of ${file.name}` });
+    const item = el("li", {}, el("span", {}, file.name), bar);
+    const job = upload(bucket, key, file, (fraction) => {
+      bar.value = fraction;
+    });
+    const cancel = el("button", { type: "button", text: "Cancel", "aria-label": `Cancel upload of ${file.name}`, onclick: () => job.cancel() });
+    item.append(cancel);
+    $("uploads").append(item);
+    try {
+      await job.promise;
+      say(`Uploaded ${key}.`);
+      item.remove();
+    } catch (err) {
+      cancel.remove();
+      item.append(el("span", { class: "muted" }, err.code === "cancelled" ? "cancelled" : "failed"));
+      if (err.code !== "cancelled") showError(err);
+    }
+  }
+  if (state.bucket === bucket && state.prefix === prefix) showObjects();
+});
+
+// ---- start ----
+
+api
+  .session()
+  .then(signedIn)
+  .catch(() => signedOut(""));
