@@ -143,6 +143,7 @@ function link(bucket, prefix) {
 function route() {
   if (!state.session) return;
   clearError();
+  say("");
   const params = new URLSearchParams(location.hash.replace(/^#\/?/, ""));
   const bucket = params.get("b") || "";
   const prefix = params.get("p") || "";
