@@ -12,6 +12,7 @@
 
 mod body;
 mod errors;
+mod public;
 mod reset;
 mod s3;
 
@@ -150,6 +151,9 @@ impl Server {
         builder.set_auth(OneKey {
             access_key: config.access_key.clone(),
             secret_key: SecretKey::from(config.secret_key.as_str()),
+        });
+        builder.set_access(public::PublicReads {
+            store: config.store.clone(),
         });
         if config.allow_reset {
             builder.set_route(reset::ResetRoute {

@@ -76,6 +76,29 @@ pub trait ObjectBackend: Send + Sync + 'static {
             reason: format!("{} does not store object tags", self.backend_name()),
         })
     }
+    /// Creates a bucket with a canned ACL, or sets the ACL of the existing
+    /// one; `false` when it already existed. Backends without ACL storage
+    /// take `private` only.
+    fn create_bucket_with_acl(&self, name: &str, acl: CannedAcl) -> Result<bool> {
+        refuse_acl(self.backend_name(), acl)?;
+        self.create_bucket(name)
+    }
+    /// A bucket's canned ACL (`private` where ACLs are not stored).
+    fn bucket_acl(&self, name: &str) -> Result<CannedAcl> {
+        self.head_bucket(name).map(|_| CannedAcl::Private)
+    }
+    /// Replaces a bucket's canned ACL. Backends without ACL storage take
+    /// `private` only.
+    fn set_bucket_acl(&self, name: &str, acl: CannedAcl) -> Result<()> {
+        refuse_acl(self.backend_name(), acl)?;
+        self.head_bucket(name).map(|_| ())
+    }
+    /// Replaces an object's canned ACL (bytes and other properties
+    /// unchanged). Backends without ACL storage take `private` only.
+    fn set_object_acl(&self, bucket: &str, key: &str, acl: CannedAcl) -> Result<ObjectMeta> {
+        refuse_acl(self.backend_name(), acl)?;
+        self.head_object(bucket, key)
+    }
     /// Lists a bucket in key byte order.
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
     /// Starts a multipart upload.
@@ -139,6 +162,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
     ) -> Result<ObjectMeta>;
 }
 
+/// Refuses a canned ACL other than `private` on a backend that keeps none.
+fn refuse_acl(backend: &str, acl: CannedAcl) -> Result<()> {
+    if acl.is_private() {
+        return Ok(());
+    }
+    Err(crate::StoreError::InvalidArgument {
+        reason: format!(
+            "{backend} does not store ACLs; only the canned ACL \"private\" is accepted (got {:?})",
+            acl.as_str()
+        ),
+    })
+}
+
 impl ObjectBackend for Store {
     fn is_persistent(&self) -> bool {
         Store::is_persistent(self)
@@ -151,6 +187,18 @@ impl ObjectBackend for Store {
     }
     fn create_bucket(&self, name: &str) -> Result<bool> {
         Store::create_bucket(self, name)
+    }
+    fn create_bucket_with_acl(&self, name: &str, acl: CannedAcl) -> Result<bool> {
+        Store::create_bucket_with_acl(self, name, acl)
+    }
+    fn bucket_acl(&self, name: &str) -> Result<CannedAcl> {
+        Store::bucket_acl(self, name)
+    }
+    fn set_bucket_acl(&self, name: &str, acl: CannedAcl) -> Result<()> {
+        Store::set_bucket_acl(self, name, acl)
+    }
+    fn set_object_acl(&self, bucket: &str, key: &str, acl: CannedAcl) -> Result<ObjectMeta> {
+        Store::set_object_acl(self, bucket, key, acl)
     }
     fn head_bucket(&self, name: &str) -> Result<BucketInfo> {
         Store::head_bucket(self, name)

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS usage (
     receipts INTEGER NOT NULL, receipt_bytes INTEGER NOT NULL);
 INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL);
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
+    acl TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -65,6 +66,33 @@ CREATE TABLE IF NOT EXISTS completed_uploads (
 CREATE INDEX IF NOT EXISTS completed_uploads_by_time ON completed_uploads (completed_ns);
 COMMIT;
 ";
+
+/// The schema version [`migrate`] brings a database to (`PRAGMA
+/// user_version`): 1 added `buckets.acl` (NULL = private).
+const SCHEMA_VERSION: i64 = 1;
+
+/// Brings a database made by an older version to [`SCHEMA_VERSION`], in
+/// one transaction; a database already there costs one read.
+fn migrate(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction()?;
+    // A store from before version 1 has buckets without an ACL column (a
+    // fresh one was created with it).
+    let has_acl: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('buckets') WHERE name = 'acl')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_acl {
+        tx.execute_batch("ALTER TABLE buckets ADD COLUMN acl TEXT")?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
 
 /// File work that must follow a commit: staged blobs to move into place,
 /// blobs no record references any more, and a reset's switch to a fresh
@@ -212,6 +240,7 @@ impl Db {
         // WAL stays bounded (about 32 MiB) and a clean close removes it.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         let shared = Shared::new(conn, blobs);
         Ok(Self {
             committer: Some(spawn_committer(&shared)?),
@@ -227,6 +256,7 @@ impl Db {
         let conn = Connection::open_in_memory()?;
         conn.set_prepared_statement_cache_capacity(64);
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         let shared = Shared::new(conn, blobs);
         Ok(Self {
             committer: Some(spawn_committer(&shared)?),

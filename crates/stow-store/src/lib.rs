@@ -16,6 +16,7 @@
 //!
 //! This crate knows nothing about HTTP, JSON-RPC or the CLI.
 
+mod acl;
 mod backend;
 mod blobs;
 mod checksum;

@@ -28,6 +28,62 @@ pub struct ObjectProps {
     /// to 256 characters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The object's canned ACL (S3's `x-amz-acl`); `private` is not
+    /// written, so records from before ACLs read as private.
+    #[serde(default, skip_serializing_if = "CannedAcl::is_private")]
+    pub acl: CannedAcl,
+}
+
+/// A canned ACL (S3's `x-amz-acl` values that grant beyond the owner),
+/// kept with a bucket or an object. The store keeps it; what it allows is
+/// the protocol server's decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CannedAcl {
+    /// The owner alone (FULL_CONTROL).
+    #[default]
+    Private,
+    /// The owner, and READ for everyone (anonymous requests included).
+    PublicRead,
+    /// The owner, and READ and WRITE for everyone.
+    PublicReadWrite,
+    /// The owner, and READ for every authenticated requester.
+    AuthenticatedRead,
+}
+
+impl CannedAcl {
+    /// Every canned ACL the store keeps.
+    pub const ALL: [CannedAcl; 4] = [
+        Self::Private,
+        Self::PublicRead,
+        Self::PublicReadWrite,
+        Self::AuthenticatedRead,
+    ];
+
+    /// S3's spelling (`public-read`…).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Private => "private",
+            Self::PublicRead => "public-read",
+            Self::PublicReadWrite => "public-read-write",
+            Self::AuthenticatedRead => "authenticated-read",
+        }
+    }
+
+    /// Parses S3's spelling (exact, as S3 does).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// Whether this is `private` (the default).
+    pub fn is_private(&self) -> bool {
+        *self == Self::Private
+    }
+
+    /// Whether anyone, signed or not, may read.
+    pub fn public_read(self) -> bool {
+        matches!(self, Self::PublicRead | Self::PublicReadWrite)
+    }
 }
 
 /// Size and checksum of one part of a multipart object.
@@ -107,6 +163,9 @@ pub struct CopyOptions {
     pub condition: WriteCondition,
     /// Conditions on the source (`x-amz-copy-source-if-*`).
     pub source: ReadConditions,
+    /// The copy's canned ACL: never the source's (as in S3), private unless
+    /// the request names one.
+    pub acl: CannedAcl,
 }
 
 /// HTTP-style conditions on a read (or a copy source).

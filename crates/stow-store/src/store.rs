@@ -630,6 +630,7 @@ impl Store {
             if let Some(props) = replace {
                 rec.props.props = props;
             }
+            rec.props.props.acl = opts.acl;
             rec.modified_ns = record::now_ns();
             rec.generation = record::new_generation();
             record::retain(conn, &rec.extents)?;

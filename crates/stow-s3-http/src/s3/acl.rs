@@ -1,43 +1,85 @@
 //! ACLs and versioning as a single-owner server answers them: every bucket
-//! and object belongs to the one owner with FULL_CONTROL; the canned
-//! `private` ACL (what that already is) is accepted, any other grant is
-//! NotImplemented; versioning was never enabled. Tools such as s3cmd
-//! `info`/`setacl` and SDK uploads sending `ACL=private` work.
+//! and object belongs to the one owner with FULL_CONTROL, and may carry one
+//! of the canned ACLs `private`, `public-read`, `public-read-write`,
+//! `authenticated-read` (kept by the store, answered by Get*Acl as AWS
+//! writes them out, honoured for anonymous reads in `crate::public`);
+//! other grants are NotImplemented; versioning was never enabled.
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
+use stow_store::CannedAcl;
 
-use super::StowS3;
+use super::{blocking, StowS3};
+
+/// The one owner's ID and display name.
+const OWNER: &str = "stow";
+/// S3's group of everyone, anonymous requests included.
+const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
+/// S3's group of every signed-in AWS account.
+const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
 
 fn owner() -> Owner {
     Owner {
-        display_name: Some("stow".into()),
-        id: Some("stow".into()),
+        display_name: Some(OWNER.into()),
+        id: Some(OWNER.into()),
     }
 }
 
-fn owner_full_control() -> Grants {
-    vec![Grant {
-        grantee: Some(Grantee {
-            display_name: Some("stow".into()),
-            email_address: None,
-            id: Some("stow".into()),
-            type_: Type::from_static(Type::CANONICAL_USER),
-            uri: None,
-        }),
-        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
-    }]
+fn grant(grantee: Grantee, permission: &'static str) -> Grant {
+    Grant {
+        grantee: Some(grantee),
+        permission: Some(Permission::from_static(permission)),
+    }
 }
 
-/// Refuses a canned ACL other than `private` (None means none was sent).
-pub(super) fn check_canned(acl: Option<&str>) -> S3Result<()> {
+fn group(uri: &str) -> Grantee {
+    Grantee {
+        display_name: None,
+        email_address: None,
+        id: None,
+        type_: Type::from_static(Type::GROUP),
+        uri: Some(uri.into()),
+    }
+}
+
+/// The grants a canned ACL stands for, as AWS lists them: the owner's
+/// FULL_CONTROL, then the group's.
+pub(super) fn grants_of(acl: CannedAcl) -> Grants {
+    let mut grants = vec![grant(
+        Grantee {
+            display_name: Some(OWNER.into()),
+            email_address: None,
+            id: Some(OWNER.into()),
+            type_: Type::from_static(Type::CANONICAL_USER),
+            uri: None,
+        },
+        Permission::FULL_CONTROL,
+    )];
+    match acl {
+        CannedAcl::Private => {}
+        CannedAcl::PublicRead => grants.push(grant(group(ALL_USERS), Permission::READ)),
+        CannedAcl::PublicReadWrite => {
+            grants.push(grant(group(ALL_USERS), Permission::READ));
+            grants.push(grant(group(ALL_USERS), Permission::WRITE));
+        }
+        CannedAcl::AuthenticatedRead => {
+            grants.push(grant(group(AUTHENTICATED_USERS), Permission::READ))
+        }
+    }
+    grants
+}
+
+/// The canned ACL a request names (None: none was sent, private).
+pub(super) fn canned(acl: Option<&str>) -> S3Result<CannedAcl> {
     match acl {
         // On a one-owner server the bucket-owner ACLs are what private is.
-        None | Some("private" | "bucket-owner-full-control" | "bucket-owner-read") => Ok(()),
-        Some(other) => Err(s3_error!(
-            NotImplemented,
-            "only the canned ACL \"private\" is supported (got {other:?}): this server has one owner"
-        )),
+        None | Some("bucket-owner-full-control" | "bucket-owner-read") => Ok(CannedAcl::Private),
+        Some(name) => CannedAcl::parse(name).ok_or_else(|| {
+            s3_error!(
+                NotImplemented,
+                "the canned ACL {name:?} is not supported; use private, public-read, public-read-write or authenticated-read"
+            )
+        }),
     }
 }
 
@@ -53,28 +95,59 @@ macro_rules! grant_headers {
     };
 }
 
-/// Refuses explicit grants and policies (only the owner's FULL_CONTROL,
-/// which every object has, is accepted).
-fn check_grants(any_grant_header: bool, policy: Option<&AccessControlPolicy>) -> S3Result<()> {
-    let only_owner = policy.is_none_or(|p| {
-        p.grants.as_ref().is_none_or(|g| {
-            g.iter().all(|grant| {
-                grant.permission.as_ref().map(|p| p.as_str()) == Some(Permission::FULL_CONTROL)
-                    && grant
-                        .grantee
-                        .as_ref()
-                        .and_then(|g| g.id.as_deref())
-                        .is_some_and(|id| id == "stow")
-            })
-        })
-    });
-    if any_grant_header || !only_owner {
+/// The canned ACL a Put*Acl request sets: its `x-amz-acl`, or an
+/// AccessControlPolicy whose grants are exactly a canned ACL's (the
+/// owner's FULL_CONTROL, which is always there, may be listed or not).
+/// Grant headers and any other grant are NotImplemented.
+fn requested_acl(
+    header: Option<&str>,
+    any_grant_header: bool,
+    policy: Option<&AccessControlPolicy>,
+) -> S3Result<CannedAcl> {
+    if any_grant_header {
         return Err(s3_error!(
             NotImplemented,
-            "grants are not supported: this server has one owner with FULL_CONTROL"
+            "grant headers are not supported; use a canned ACL (x-amz-acl)"
         ));
     }
-    Ok(())
+    let Some(policy) = policy else {
+        return canned(header);
+    };
+    let mut wanted: Vec<(Option<&str>, &str)> = Vec::new();
+    for g in policy.grants.iter().flatten() {
+        let permission = g.permission.as_ref().map_or("", |p| p.as_str());
+        let grantee = g.grantee.as_ref();
+        let is_owner = grantee.and_then(|g| g.id.as_deref()) == Some(OWNER);
+        if is_owner && permission == Permission::FULL_CONTROL {
+            continue;
+        }
+        wanted.push((grantee.and_then(|g| g.uri.as_deref()), permission));
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    CannedAcl::ALL
+        .into_iter()
+        .find(|acl| {
+            let grants = grants_of(*acl);
+            let mut have: Vec<(Option<&str>, &str)> = grants
+                .iter()
+                .skip(1)
+                .map(|g| {
+                    (
+                        g.grantee.as_ref().and_then(|g| g.uri.as_deref()),
+                        g.permission.as_ref().map_or("", |p| p.as_str()),
+                    )
+                })
+                .collect();
+            have.sort_unstable();
+            have == wanted
+        })
+        .ok_or_else(|| {
+            s3_error!(
+                NotImplemented,
+                "only grants that a canned ACL stands for are supported: this server has one owner"
+            )
+        })
 }
 
 pub(super) async fn get_bucket_acl(
@@ -82,10 +155,11 @@ pub(super) async fn get_bucket_acl(
     req: S3Request<GetBucketAclInput>,
 ) -> S3Result<S3Response<GetBucketAclOutput>> {
     let bucket = req.input.bucket;
-    svc.point_read(move |store| store.head_bucket(&bucket))
+    let acl = svc
+        .point_read(move |store| store.bucket_acl(&bucket))
         .await?;
     Ok(S3Response::new(GetBucketAclOutput {
-        grants: Some(owner_full_control()),
+        grants: Some(grants_of(acl)),
         owner: Some(owner()),
     }))
 }
@@ -95,10 +169,11 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let (bucket, key) = (req.input.bucket, req.input.key);
-    svc.point_read(move |store| store.head_object(&bucket, &key))
+    let meta = svc
+        .point_read(move |store| store.head_object(&bucket, &key))
         .await?;
     Ok(S3Response::new(GetObjectAclOutput {
-        grants: Some(owner_full_control()),
+        grants: Some(grants_of(meta.props.acl)),
         owner: Some(owner()),
         ..Default::default()
     }))
@@ -110,11 +185,14 @@ pub(super) async fn put_bucket_acl(
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
     svc.writable()?;
     let input = req.input;
-    check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    check_grants(grant_headers!(input), input.access_control_policy.as_ref())?;
+    let acl = requested_acl(
+        input.acl.as_ref().map(|a| a.as_str()),
+        grant_headers!(input),
+        input.access_control_policy.as_ref(),
+    )?;
+    let store = svc.store.clone();
     let bucket = input.bucket;
-    svc.point_read(move |store| store.head_bucket(&bucket))
-        .await?;
+    blocking(move || store.set_bucket_acl(&bucket, acl)).await?;
     Ok(S3Response::new(PutBucketAclOutput {}))
 }
 
@@ -124,11 +202,14 @@ pub(super) async fn put_object_acl(
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     svc.writable()?;
     let input = req.input;
-    check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    check_grants(grant_headers!(input), input.access_control_policy.as_ref())?;
+    let acl = requested_acl(
+        input.acl.as_ref().map(|a| a.as_str()),
+        grant_headers!(input),
+        input.access_control_policy.as_ref(),
+    )?;
+    let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
-    svc.point_read(move |store| store.head_object(&bucket, &key))
-        .await?;
+    blocking(move || store.set_object_acl(&bucket, &key, acl)).await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }
 

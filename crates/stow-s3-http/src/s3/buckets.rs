@@ -11,10 +11,10 @@ pub(super) async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     svc.writable()?;
-    super::acl::check_canned(req.input.acl.as_ref().map(|a| a.as_str()))?;
+    let acl = super::acl::canned(req.input.acl.as_ref().map(|a| a.as_str()))?;
     let store = svc.store.clone();
     let bucket = req.input.bucket.clone();
-    blocking(move || store.create_bucket(&bucket)).await?;
+    blocking(move || store.create_bucket_with_acl(&bucket, acl)).await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", req.input.bucket)),
     }))

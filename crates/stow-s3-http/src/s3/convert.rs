@@ -344,6 +344,7 @@ macro_rules! props_of {
             cache_control: $input.cache_control,
             expires: $input.expires.as_ref().map(format_http_date).transpose()?,
             tags: super::tagging::tags_of_header($input.tagging.as_deref())?,
+            acl: super::acl::canned($input.acl.as_ref().map(|a| a.as_str()))?,
         }
     };
 }

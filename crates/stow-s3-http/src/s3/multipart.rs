@@ -16,7 +16,6 @@ pub(super) async fn create_multipart_upload(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     svc.writable()?;
     let input = req.input;
-    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let alg = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let kind = match input
         .checksum_type

@@ -18,7 +18,6 @@ pub(super) async fn put_object(
     let trailer = trailer_alg(&req.headers);
     let trailing_checksums = trailing(req.trailing_headers.clone());
     let input = req.input;
-    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let opts = store::PutOptions {
@@ -139,7 +138,8 @@ pub(super) async fn copy_object(
     svc.writable()?;
     let condition = header_condition(&req.headers)?;
     let input = req.input;
-    super::acl::check_canned(input.acl.as_ref().map(|a| a.as_str()))?;
+    // The copy's own ACL (never the source's), whatever the directive.
+    let acl = super::acl::canned(input.acl.as_ref().map(|a| a.as_str()))?;
     let (src_bucket, src_key) = copy_source(&input.copy_source)?;
     let replace = match input
         .metadata_directive
@@ -198,6 +198,7 @@ pub(super) async fn copy_object(
             input.copy_source_if_modified_since,
             input.copy_source_if_unmodified_since,
         ),
+        acl,
     };
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
