@@ -18,6 +18,19 @@ use crate::error::{Result, WsError};
 /// shared out (its threads then contend, as before).
 const MAX_RUN: usize = 256;
 
+/// Frees `value` on a thread of its own: freeing a whole tree's scan
+/// (100,000 names) takes milliseconds a caller need not wait for, and a
+/// process about to exit never waits for it. (Where no thread can be
+/// made, the value is freed here.)
+pub(crate) fn drop_in_background<T: Send + 'static>(value: T) {
+    if let Err(e) = std::thread::Builder::new()
+        .name("stow-drop".into())
+        .spawn(move || drop(value))
+    {
+        tracing::debug!("dropping in place: {e}");
+    }
+}
+
 /// Worker threads for file creation on this machine: 2 to 4.
 pub fn worker_threads(items: usize) -> usize {
     std::thread::available_parallelism()

@@ -155,14 +155,16 @@ impl Scan {
     }
 
     /// Threads finish directories in any order; the result is sorted so two
-    /// scans of the same tree compare equal.
+    /// scans of the same tree compare equal. Each thread sorts its own part
+    /// first (in parallel); the parts, appended, are then sorted runs that
+    /// the stable sort finds and merges in one linear pass.
     fn sort(&mut self) {
-        self.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        self.excluded.sort_unstable();
-        self.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        self.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        self.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        self.ignored.sort_unstable();
+        self.files.sort_by(|a, b| a.path.cmp(&b.path));
+        self.excluded.sort();
+        self.dirs.sort_by(|a, b| a.path.cmp(&b.path));
+        self.links.sort_by(|a, b| a.path.cmp(&b.path));
+        self.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        self.ignored.sort();
     }
 }
 
@@ -394,6 +396,8 @@ pub(super) fn scan_worker(
         wake.notify_all();
     }
     wake.notify_all();
+    drop(q);
+    out.sort();
     out
 }
 

@@ -30,6 +30,7 @@ use crate::history;
 use crate::ignorefile::Rules;
 use crate::layout::cache_path;
 use crate::monitor::{CaptureKey, ChangedDirs, Kept, TreeMonitor};
+use crate::parallel::drop_in_background;
 use crate::paths::{check_checkpoint_id, is_sensitive};
 use crate::progress::PhaseClock;
 use crate::registry::{Record, Registry};
@@ -282,7 +283,9 @@ impl Reader<'_> {
         watch: Option<&TreeWatch>,
     ) -> Result<(Expanded, Expanded)> {
         let (scan, cache) = self.scan_and_cache(include_sensitive, watch)?;
-        self.compare(&scan, &cache, &|_| None)
+        let compared = self.compare(&scan, &cache, &|_| None);
+        drop_in_background((scan, cache));
+        compared
     }
 
     /// A whole scan, and the stat cache read meanwhile.
@@ -424,6 +427,8 @@ impl Reader<'_> {
             .map(|(sha, bytes)| (*sha, bytes.as_slice()))
             .collect();
         let expanded = expand_differing_in(self.registry, &in_memory, self.root, built.root);
+        drop(in_memory);
+        drop_in_background((built, all));
         self.lap("expand");
         expanded
     }
