@@ -42,7 +42,9 @@ def console(stow_bin, tmp_path):
     server.console = server.ready["console"]
     yield server
     rc = server.stop()
-    assert rc == 0, f"server exited with {rc}: {server.proc.stderr.read().decode()}"
+    log = server.proc.stderr.read().decode()
+    assert rc == 0, f"server exited with {rc}: {log}"
+    assert server.secret_key not in log, "the secret is never logged"
 
 
 @pytest.fixture(scope="module")
@@ -303,6 +305,55 @@ def test_console_security(console, page):
     resp, doc = api.call("GET", "buckets", cookie=session)
     assert resp.status == 401
     assert page.alerts == []
+
+
+def test_console_read_only(stow_bin, tmp_path, page):
+    # Seed a bucket, then serve the same data read-only: the console shows
+    # it without any control that would change it, and the API refuses a
+    # change as the S3 port does.
+    seed = S3Server(stow_bin, tmp_path / "data")
+    try:
+        s3 = seed.client()
+        s3.create_bucket(Bucket="frozen")
+        s3.put_object(Bucket="frozen", Key="a.txt", Body=b"a")
+    finally:
+        assert seed.stop() == 0
+    server = S3Server(stow_bin, tmp_path / "data", "--read-only")
+    server.console = server.ready["console"]
+    try:
+        sign_in(page, server)
+        page.get_by_text("(read-only)").wait_for()
+        assert not page.get_by_role("button", name="Create bucket").is_visible()
+        page.get_by_role("link", name="frozen", exact=True).click()
+        page.get_by_role("cell", name="a.txt", exact=True).wait_for()
+        assert not page.get_by_role("button", name="Upload").is_visible()
+        assert page.get_by_role("button", name="Delete a.txt").count() == 0, "hidden controls are not offered"
+        page.get_by_role("link", name="Download a.txt").wait_for()
+        api = Api(server.console)
+        _, session, csrf = api.sign_in(server)
+        resp, doc = api.call("POST", "buckets", {"name": "nope"}, headers={"X-Stow-CSRF": csrf}, cookie=session)
+        assert resp.status == 403 and doc["error"]["code"] == "AccessDenied", doc
+    finally:
+        assert server.stop() == 0
+
+
+def test_console_dark_and_narrow(console, browser):
+    # The system's dark setting is followed; a phone-sized window works.
+    context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(15_000)
+        console.client().create_bucket(Bucket="phone")
+        sign_in(pg, console)
+        pg.get_by_role("link", name="phone", exact=True).wait_for()
+        background = pg.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(21, 24, 28)", background
+        pg.get_by_role("button", name="Delete bucket phone").wait_for()
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 390
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(SHOTS / "test_console_dark_and_narrow.png"), full_page=True)
+    finally:
+        context.close()
 
 
 def test_console_flags(stow_bin, tmp_path):
