@@ -318,12 +318,17 @@ pub(crate) fn write_ready_fd(fd: i32, line: &str) -> Result<(), CliError> {
         })
 }
 
+/// Space a served store holds back so deletes still commit on a full disk
+/// (`StoreOptions::space_reserve_bytes`).
+const SPACE_RESERVE_BYTES: u64 = 4 << 20;
+
 pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
     let listen = &args.listen;
     listen.check()?;
     let opts = StoreOptions {
         max_bytes: (args.max_bytes > 0).then_some(args.max_bytes),
         max_objects: (args.max_objects > 0).then_some(args.max_objects),
+        space_reserve_bytes: SPACE_RESERVE_BYTES,
         ..StoreOptions::default()
     };
     let store = match args.backend {

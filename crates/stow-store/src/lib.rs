@@ -31,6 +31,7 @@ mod list;
 mod model;
 mod multipart;
 mod record;
+mod reserve;
 mod reset;
 mod store;
 pub mod validate;

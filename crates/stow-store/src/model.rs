@@ -264,6 +264,11 @@ pub struct StoreOptions {
     /// SQLite page cache per database connection. Small caches cost little:
     /// the operating system caches the file too.
     pub db_cache_bytes: u64,
+    /// Bytes a disk store keeps allocated in `space.reserve` and gives back
+    /// when a delete (object, bucket, upload abort) cannot commit on a full
+    /// disk, so a full store can still be emptied. 0 keeps none (and
+    /// removes a reserve an earlier open left).
+    pub space_reserve_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -276,6 +281,7 @@ impl Default for StoreOptions {
             max_receipt_entry_bytes: 64 << 10,
             max_uploads: 1024,
             db_cache_bytes: 8 << 20,
+            space_reserve_bytes: 0,
         }
     }
 }

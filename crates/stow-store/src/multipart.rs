@@ -331,8 +331,8 @@ impl Store {
         })
     }
 
-    /// Aborts an upload, dropping its parts and their usage.
-    pub fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+    /// [`Store::abort_upload`] without the retry on a full disk.
+    pub(crate) fn abort_upload_once(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         check_upload_id(upload_id)?;

@@ -42,6 +42,8 @@ pub(crate) struct Inner {
     /// Persistent identity of the store, part of every request meaning.
     pub store_id: Vec<u8>,
     pub dir: Option<PathBuf>,
+    /// Space held back so deletes commit on a full disk.
+    pub reserve: crate::reserve::Reserve,
     _lock: Option<File>,
 }
 
@@ -118,6 +120,7 @@ impl Store {
             b.recover(conn)?;
             store_identity(conn)
         })?;
+        let reserve = crate::reserve::Reserve::open(dir, opts.space_reserve_bytes);
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
@@ -127,6 +130,7 @@ impl Store {
                 instance: rand::random(),
                 store_id,
                 dir: Some(dir.to_path_buf()),
+                reserve,
                 _lock: Some(lock),
             }),
         })
@@ -159,6 +163,7 @@ impl Store {
                 instance: rand::random(),
                 store_id,
                 dir: None,
+                reserve: crate::reserve::Reserve::none(),
                 _lock: None,
             }),
         })
@@ -226,9 +231,8 @@ impl Store {
         })
     }
 
-    /// Deletes a bucket that holds no objects; its in-progress multipart
-    /// uploads are aborted with it.
-    pub fn delete_bucket(&self, name: &str) -> Result<()> {
+    /// [`Store::delete_bucket`] without the retry on a full disk.
+    pub(crate) fn delete_bucket_once(&self, name: &str) -> Result<()> {
         validate::bucket_name(name)?;
         let name = name.to_string();
         let quota = self.inner.quota();
@@ -539,9 +543,8 @@ impl Store {
         })
     }
 
-    /// Deletes an object; deleting an absent key is not an error. Returns
-    /// whether an object was deleted.
-    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+    /// [`Store::delete_object`] without the retry on a full disk.
+    pub(crate) fn delete_object_once(&self, bucket: &str, key: &str) -> Result<bool> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         let (bucket, key) = (bucket.to_string(), key.to_string());
