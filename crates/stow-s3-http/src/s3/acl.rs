@@ -42,10 +42,11 @@ fn group(uri: &str) -> Grantee {
     }
 }
 
-/// The grants a canned ACL stands for, as AWS lists them: the owner's
-/// FULL_CONTROL, then the group's.
+/// The grants a canned ACL stands for, in the order AWS lists them (and
+/// ceph/s3-tests expects): the group's, then the owner's FULL_CONTROL.
 pub(super) fn grants_of(acl: CannedAcl) -> Grants {
-    let mut grants = vec![grant(
+    let mut grants = group_grants(acl);
+    grants.push(grant(
         Grantee {
             display_name: Some(OWNER.into()),
             email_address: None,
@@ -54,19 +55,23 @@ pub(super) fn grants_of(acl: CannedAcl) -> Grants {
             uri: None,
         },
         Permission::FULL_CONTROL,
-    )];
+    ));
+    grants
+}
+
+/// The grants a canned ACL adds to the owner's.
+fn group_grants(acl: CannedAcl) -> Grants {
     match acl {
-        CannedAcl::Private => {}
-        CannedAcl::PublicRead => grants.push(grant(group(ALL_USERS), Permission::READ)),
-        CannedAcl::PublicReadWrite => {
-            grants.push(grant(group(ALL_USERS), Permission::READ));
-            grants.push(grant(group(ALL_USERS), Permission::WRITE));
-        }
+        CannedAcl::Private => vec![],
+        CannedAcl::PublicRead => vec![grant(group(ALL_USERS), Permission::READ)],
+        CannedAcl::PublicReadWrite => vec![
+            grant(group(ALL_USERS), Permission::READ),
+            grant(group(ALL_USERS), Permission::WRITE),
+        ],
         CannedAcl::AuthenticatedRead => {
-            grants.push(grant(group(AUTHENTICATED_USERS), Permission::READ))
+            vec![grant(group(AUTHENTICATED_USERS), Permission::READ)]
         }
     }
-    grants
 }
 
 /// The canned ACL a request names (None: none was sent, private).
@@ -128,10 +133,9 @@ fn requested_acl(
     CannedAcl::ALL
         .into_iter()
         .find(|acl| {
-            let grants = grants_of(*acl);
+            let grants = group_grants(*acl);
             let mut have: Vec<(Option<&str>, &str)> = grants
                 .iter()
-                .skip(1)
                 .map(|g| {
                     (
                         g.grantee.as_ref().and_then(|g| g.uri.as_deref()),
