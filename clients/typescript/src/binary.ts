@@ -1,12 +1,35 @@
-import { accessSync, constants, statSync } from "node:fs";
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
 import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+
+/**
+ * This package's version (its package.json's `version`): the same as the
+ * platform packages' and `stow-s3 --version`'s (one workspace version,
+ * checked by tests/packaging/version.test.mjs).
+ */
+export const VERSION: string = (
+  JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "package.json"), "utf8")) as {
+    version: string;
+  }
+).version;
 
 /** The binary's file name on this platform. */
 export const STOW_BINARY_NAME = process.platform === "win32" ? "stow-s3.exe" : "stow-s3";
 
 /** Where a resolved binary came from. */
-export type BinarySource = "STOW_BIN" | "repository" | "PATH";
+export type BinarySource = "STOW_BIN" | "repository" | "package" | "PATH";
+
+/**
+ * The per-platform package that carries the binary on this platform
+ * (`@chester-hill-solutions/stow-s3-<platform>-<arch>`, e.g. `…-linux-x64`),
+ * installed through this package's `optionalDependencies`: npm installs only
+ * the one whose `os`/`cpu`/`libc` match. The binary is its `bin/stow-s3`
+ * (`bin/stow-s3.exe` on Windows).
+ */
+export function platformPackageName(platform: string = process.platform, arch: string = process.arch): string {
+  return `@chester-hill-solutions/stow-s3-${platform}-${arch}`;
+}
 
 export interface ResolvedBinary {
   path: string;
@@ -16,7 +39,11 @@ export interface ResolvedBinary {
 export interface ResolveOptions {
   /** Environment to read `STOW_BIN` and `PATH` from (default `process.env`). */
   env?: NodeJS.ProcessEnv;
-  /** Directory to start the walk up for `target/{release,debug}` (default: this package's directory). */
+  /**
+   * Directory to start from (default: this package's directory): the walk up
+   * for `target/{release,debug}`, and the `node_modules` lookup of the
+   * platform package.
+   */
   searchFrom?: string;
 }
 
@@ -28,7 +55,8 @@ export class StowBinaryNotFoundError extends Error {
     super(
       "stow-s3 binary not found; tried:\n" +
         tried.map((t) => `  - ${t}`).join("\n") +
-        "\nSet STOW_BIN to the binary, build it (cargo build --bin stow-s3), or put it on PATH.",
+        "\nInstall the package with its optional dependencies (npm install, without --omit=optional), " +
+        "set STOW_BIN to the binary, build it (cargo build --bin stow-s3), or put it on PATH.",
     );
     this.name = "StowBinaryNotFoundError";
     this.tried = tried;
@@ -51,10 +79,29 @@ export function packageDir(): string {
 }
 
 /**
- * Find the `stow-s3` binary, reporting where it came from: `STOW_BIN` (which,
- * when set, must name an executable file), then the repository's build output
- * (`target/release/stow-s3` or `target/debug/stow-s3` — the newer when both
- * exist — in this package's directory and each directory above it), then `PATH`.
+ * The binary of the installed platform package, found as Node finds a
+ * dependency: `require.resolve("<platform package>/package.json")` from `from`.
+ * `undefined` when the package is not installed (another platform, `--omit=optional`).
+ */
+function platformPackageBinary(from: string, name: string): string | undefined {
+  let manifest: string;
+  try {
+    manifest = createRequire(join(from, "package.json")).resolve(`${name}/package.json`);
+  } catch {
+    return undefined;
+  }
+  return join(dirname(manifest), "bin", STOW_BINARY_NAME);
+}
+
+/**
+ * Find the `stow-s3` binary, reporting where it came from, in this order:
+ * 1. `STOW_BIN` (which, when set, must name an executable file);
+ * 2. the repository's build output (`target/release/stow-s3` or
+ *    `target/debug/stow-s3` — the newer when both exist — in this package's
+ *    directory and each directory above it);
+ * 3. the installed platform package's `bin/stow-s3` ({@link platformPackageName},
+ *    an optional dependency of this package);
+ * 4. `PATH`.
  */
 export function resolveStowBinaryDetailed(options: ResolveOptions = {}): ResolvedBinary {
   const env = options.env ?? process.env;
@@ -69,7 +116,8 @@ export function resolveStowBinaryDetailed(options: ResolveOptions = {}): Resolve
   }
   tried.push("STOW_BIN (not set)");
 
-  let dir = resolve(options.searchFrom ?? packageDir());
+  const start = resolve(options.searchFrom ?? packageDir());
+  let dir = start;
   for (;;) {
     // Both profiles built: the newer one (a stale release build must not shadow today's debug build).
     const found: Array<{ path: string; mtime: number }> = [];
@@ -86,6 +134,11 @@ export function resolveStowBinaryDetailed(options: ResolveOptions = {}): Resolve
     if (parent === dir) break;
     dir = parent;
   }
+
+  const pkg = platformPackageName();
+  const fromPackage = platformPackageBinary(start, pkg);
+  if (fromPackage !== undefined && isExecutableFile(fromPackage)) return { path: fromPackage, source: "package" };
+  tried.push(fromPackage === undefined ? `${pkg} (not installed)` : `${fromPackage} (not an executable file)`);
 
   const pathDirs = (env.PATH ?? "").split(delimiter).filter((d) => d !== "" && isAbsolute(d));
   for (const d of pathDirs) {

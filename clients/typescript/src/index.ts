@@ -15,6 +15,8 @@ export {
   stowBinaryAvailable,
   StowBinaryNotFoundError,
   STOW_BINARY_NAME,
+  VERSION,
+  platformPackageName,
   type BinarySource,
   type ResolvedBinary,
   type ResolveOptions,
