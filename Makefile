@@ -2,9 +2,9 @@
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
-.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test fmt bench-store soak fuzz
+.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test packaging-test dist dist-test fmt bench-store soak fuzz
 
-test: fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test
+test: fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test packaging-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -45,6 +45,36 @@ python-client-test:
 node-client-test:
 	$(CARGO) build --bin stow-s3
 	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && STOW_BIN=$(TARGET_DIR)/debug/stow-s3 npm test
+
+# The packages as users install them (tests/packaging): the npm tarballs
+# (main + this platform's binary package, packed by
+# clients/typescript/scripts/pack.mjs from a stripped copy of the debug
+# binary) installed offline into a fresh directory and run with no
+# repository, no STOW_BIN and an empty PATH; and one version in Cargo, the
+# binary and both packages. ~20 s; no network (npm --offline).
+packaging-test:
+	$(CARGO) build --bin stow-s3
+	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && npm run build
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 node --test tests/packaging/
+
+# Release packages into dist/ (git-ignored): the binary built with the dist
+# profile (Cargo.toml: stripped, thin LTO, one codegen unit; minutes on 2
+# cores), the wheel (maturin, same profile and target dir, so cargo builds
+# the binary once) and the npm tarballs (the platform package with that
+# binary, and the main package). `make dist-test` installs those tarballs
+# as packaging-test installs its own.
+DIST_DIR ?= $(CURDIR)/dist
+
+dist:
+	mkdir -p $(DIST_DIR) && rm -f $(DIST_DIR)/*.whl $(DIST_DIR)/*.tgz
+	cd clients/python && CARGO_TARGET_DIR=$(TARGET_DIR) maturin build --profile dist --out $(DIST_DIR)
+	$(CARGO) build --profile dist --bin stow-s3
+	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && npm run build
+	node clients/typescript/scripts/pack.mjs --binary $(TARGET_DIR)/dist/stow-s3 --out $(DIST_DIR)
+	ls -l $(TARGET_DIR)/dist/stow-s3 $(DIST_DIR)
+
+dist-test:
+	STOW_DIST_DIR=$(DIST_DIR) STOW_BIN=$(TARGET_DIR)/dist/stow-s3 node --test tests/packaging/
 
 # Coverage-guided fuzzing (fuzz/, cargo-fuzz on the nightly toolchain:
 # `cargo install cargo-fuzz`): each target for FUZZ_SECONDS, starting from
