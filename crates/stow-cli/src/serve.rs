@@ -136,6 +136,13 @@ pub struct ServeArgs {
     /// Without it the route is refused with 405 MethodNotAllowed.
     #[arg(long, conflicts_with = "read_only")]
     allow_reset: bool,
+    #[command(flatten)]
+    console: ConsoleArgs,
+}
+
+/// The web console's flags, shared by `serve` and `workspace serve`.
+#[derive(Args, Debug)]
+pub struct ConsoleArgs {
     /// Serve the web console (the default for a loopback --host).
     #[arg(long, overrides_with = "no_console")]
     console: bool,
@@ -146,6 +153,15 @@ pub struct ServeArgs {
     /// a free one (printed as `console=` in the readiness line).
     #[arg(long, default_value_t = 0)]
     console_port: u16,
+}
+
+impl ConsoleArgs {
+    /// Where the console listens, when it is served: `--console`, or a
+    /// loopback `host` without `--no-console`.
+    fn address(&self, host: IpAddr) -> Option<SocketAddr> {
+        (self.console || (!self.no_console && host.is_loopback()))
+            .then(|| SocketAddr::new(host, self.console_port))
+    }
 }
 
 /// `stow-s3 workspace serve`.
@@ -169,6 +185,8 @@ pub struct WorkspaceServeArgs {
     /// larger value is refused).
     #[arg(long, default_value_t = 0)]
     max_objects: u64,
+    #[command(flatten)]
+    console: ConsoleArgs,
 }
 
 /// Serves a workspace's bucket view until SIGINT/SIGTERM. Readiness is one
@@ -206,11 +224,29 @@ pub fn run_workspace(
     })?;
     let config = listen.config(view);
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
+    // The console: the bucket view through the object pages, and the
+    // checkpoint pages, whose status and rewinds go through the watch
+    // service above (it owns the view and takes its S3-write gate).
+    let console = args.console.address(listen.host).map(|at| {
+        let console = stow_console::ConsoleConfig {
+            store: config.store.clone(),
+            access_key: access_key.clone(),
+            secret_key: secret_key.clone(),
+            region: listen.region.clone(),
+            read_only: false,
+            max_upload_bytes: listen.max_request_bytes,
+            workspace: Some(stow_console::workspace::WorkspacePages {
+                registry: registry.clone(),
+                workspace_id: id.to_string(),
+            }),
+        };
+        (at, console)
+    });
     run_server(
         config,
         SocketAddr::new(listen.host, args.port),
-        None,
-        |endpoint, _| {
+        console,
+        |endpoint, console_url| {
             // The workspace as `resume` describes it, and the server.
             let mut ready = description;
             if let serde_json::Value::Object(fields) = &mut ready {
@@ -224,6 +260,7 @@ pub fn run_workspace(
                     "max_request_bytes": listen.max_request_bytes,
                     "max_concurrent_requests": listen.max_concurrent_requests,
                     "max_multipart_uploads": max_uploads,
+                    "console": console_url,
                 });
                 if let serde_json::Value::Object(server) = server {
                     fields.extend(server);
@@ -344,7 +381,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         ..listen.config(Arc::new(store))
     };
     let (access_key, secret_key) = (config.access_key.clone(), config.secret_key.clone());
-    let console = (args.console || (!args.no_console && listen.host.is_loopback())).then(|| {
+    let console = args.console.address(listen.host).map(|at| {
         let console = stow_console::ConsoleConfig {
             store: config.store.clone(),
             access_key: access_key.clone(),
@@ -352,8 +389,9 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
             region: listen.region.clone(),
             read_only: args.read_only,
             max_upload_bytes: listen.max_request_bytes,
+            workspace: None,
         };
-        (SocketAddr::new(listen.host, args.console_port), console)
+        (at, console)
     });
     let backend_name = match args.backend {
         Backend::Filesystem => "filesystem",

@@ -14,7 +14,10 @@ const PROJECT_EDGES: &[(&str, &[&str])] = &[
     ("stow-workspace", &["stow-checkpoint", "stow-store"]),
     ("stow-remote", &["stow-checkpoint"]),
     ("stow-s3-http", &["stow-store"]),
-    ("stow-console", &["stow-s3-http", "stow-store"]),
+    (
+        "stow-console",
+        &["stow-checkpoint", "stow-s3-http", "stow-store"],
+    ),
     (
         "stow-mcp",
         &["stow-checkpoint", "stow-store", "stow-workspace"],

@@ -62,7 +62,20 @@ export const api = {
   objects: (bucket, prefix, token) => call("GET", "objects", { bucket, prefix, token }),
   deleteObject: (bucket, key) => call("DELETE", "object", { bucket, key }),
   downloadUrl: (bucket, key) => apiUrl("object", { bucket, key }),
+  // Workspace pages (`workspace serve`).
+  checkpoints: (cursor) => call("GET", "checkpoints", { cursor }),
+  status: (cursor) => call("GET", "status", { cursor }),
+  diff: (from, to) => call("GET", "diff", { from, to }),
+  rewindPlan: (to) => call("POST", "rewind", {}, { to, dry_run: true }),
+  rewind: (to, requestKey) => call("POST", "rewind", {}, { to, dry_run: false, request_key: requestKey }),
 };
+
+/** A fresh request key: one per confirmed rewind, so a retry replays it. */
+export function requestKey() {
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  return `console-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
 
 /**
  * Uploads one file with a single PUT, reporting progress (0..1) through

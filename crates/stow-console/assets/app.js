@@ -3,6 +3,7 @@
 // nodes, attribute values), never as markup.
 
 import { api, upload, setCsrf } from "./api.js";
+import { mountWorkspace } from "./workspace.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -76,7 +77,7 @@ async function attempt(action) {
 }
 
 function showOnly(id) {
-  for (const section of ["sign-in", "buckets", "objects"]) $(section).hidden = section !== id;
+  for (const section of ["sign-in", "buckets", "objects", "checkpoints"]) $(section).hidden = section !== id;
 }
 
 function confirmDelete(text) {
@@ -98,6 +99,7 @@ function signedIn(session) {
   $("who").textContent = `${session.access_key}${session.read_only ? " (read-only)" : ""}`;
   $("sign-out").hidden = false;
   for (const node of document.querySelectorAll("#create-bucket-form, #upload")) node.hidden = session.read_only;
+  $("ws-nav").hidden = !session.workspace;
   route();
 }
 
@@ -106,6 +108,7 @@ function signedOut(message) {
   setCsrf("");
   $("who").textContent = "";
   $("sign-out").hidden = true;
+  $("ws-nav").hidden = true;
   showOnly("sign-in");
   say("");
   if (message) showError({ message });
@@ -144,6 +147,11 @@ function route() {
   if (!state.session) return;
   clearError();
   say("");
+  if (location.hash === "#ws" && state.session.workspace) {
+    showOnly("checkpoints");
+    workspacePages.show();
+    return;
+  }
   const params = new URLSearchParams(location.hash.replace(/^#\/?/, ""));
   const bucket = params.get("b") || "";
   const prefix = params.get("p") || "";
@@ -337,6 +345,20 @@ $("upload-input").addEventListener("change", async (e) => {
     }
   }
   if (state.bucket === bucket && state.prefix === prefix) showObjects();
+});
+
+// ---- workspace pages (workspace serve) ----
+
+const workspacePages = mountWorkspace({
+  $,
+  el,
+  formatSize,
+  formatTime,
+  say,
+  showError,
+  clearError,
+  attempt,
+  workspace: () => (state.session && state.session.workspace) || "",
 });
 
 // ---- start ----

@@ -8,6 +8,9 @@
 //! | `objects?bucket=&prefix=&token=` | `GET` | ListObjectsV2 (delimiter `/`) |
 //! | `object?bucket=&key=` | `PUT` body / `GET` / `DELETE` | PutObject / GetObject (as an attachment) / DeleteObject |
 //!
+//! With a workspace (`workspace serve`), `checkpoints`, `status`, `diff`
+//! and `rewind` are the checkpoint pages' routes ([`crate::workspace`]).
+//!
 //! Every API request is refused cross-origin; every one but sign-in needs
 //! a live session, and every state-changing one the session's CSRF token.
 //! The operation is then made through [`StowS3`] with the server's own
@@ -27,6 +30,7 @@ use stow_s3_http::StowS3;
 
 use crate::error::ConsoleError;
 use crate::session::{self, KeyPair, Sessions};
+use crate::workspace::{RewindBody, WorkspacePages};
 use crate::{json, Body, ConsoleConfig};
 
 /// Largest JSON request body.
@@ -44,6 +48,7 @@ pub struct State {
     sessions: Sessions,
     read_only: bool,
     max_upload_bytes: u64,
+    workspace: Option<std::sync::Arc<WorkspacePages>>,
 }
 
 impl State {
@@ -59,6 +64,7 @@ impl State {
             sessions: Sessions::new(session::SESSION_TTL),
             read_only: config.read_only,
             max_upload_bytes: config.max_upload_bytes,
+            workspace: config.workspace.map(std::sync::Arc::new),
         }
     }
 
@@ -104,7 +110,8 @@ pub async fn handle(
             _ => Err(ConsoleError::Method),
         };
     }
-    if !matches!(route, "buckets" | "bucket" | "objects" | "object") {
+    let pages = matches!(route, "checkpoints" | "status" | "diff" | "rewind");
+    if !pages && !matches!(route, "buckets" | "bucket" | "objects" | "object") {
         return Err(ConsoleError::NotFound);
     }
     let (_, s) = signed_in(state, &req)?;
@@ -112,6 +119,9 @@ pub async fn handle(
         session::check_csrf(req.headers(), &s)?;
     }
     let query = query_of(&req);
+    if pages {
+        return workspace_route(state, req, route, query).await;
+    }
     match (route, method) {
         ("buckets", Method::GET) => list_buckets(state).await,
         ("buckets", Method::POST) => {
@@ -136,6 +146,53 @@ pub async fn handle(
         }
         _ => Err(ConsoleError::Method),
     }
+}
+
+/// A workspace page's route (signed in, CSRF checked): the engine's work
+/// runs on the blocking pool.
+async fn workspace_route(
+    state: &State,
+    req: Request<Incoming>,
+    route: &str,
+    query: HashMap<String, String>,
+) -> Result<Response<Body>, ConsoleError> {
+    let pages = state.workspace.clone().ok_or(ConsoleError::NotFound)?;
+    let method = req.method().clone();
+    let run = |f| on_pool(std::sync::Arc::clone(&pages), f);
+    let value = match (route, method) {
+        ("checkpoints", Method::GET) => {
+            run(Box::new(move |p: &WorkspacePages| p.checkpoints(&query))).await?
+        }
+        ("status", Method::GET) => {
+            run(Box::new(move |p: &WorkspacePages| p.status(&query))).await?
+        }
+        ("diff", Method::GET) => run(Box::new(move |p: &WorkspacePages| p.diff(&query))).await?,
+        ("rewind", Method::POST) => {
+            let body = RewindBody::parse(read_json(req).await?)?;
+            if state.read_only && !body.dry_run {
+                return Err(ConsoleError::S3 {
+                    code: "AccessDenied".into(),
+                    status: StatusCode::FORBIDDEN,
+                    message: "this server is read-only".into(),
+                });
+            }
+            run(Box::new(move |p: &WorkspacePages| p.rewind(body))).await?
+        }
+        _ => return Err(ConsoleError::Method),
+    };
+    Ok(json(StatusCode::OK, &value))
+}
+
+/// A workspace page's work: the engine blocks, so it runs on the pool.
+type PagesWork = Box<dyn FnOnce(&WorkspacePages) -> Result<serde_json::Value, ConsoleError> + Send>;
+
+async fn on_pool(
+    pages: std::sync::Arc<WorkspacePages>,
+    work: PagesWork,
+) -> Result<serde_json::Value, ConsoleError> {
+    tokio::task::spawn_blocking(move || work(&pages))
+        .await
+        .map_err(|e| ConsoleError::Internal(format!("the workspace task failed: {e}")))?
 }
 
 /// `POST session {"access_key", "secret_key"}`: the server's pair starts a
@@ -165,6 +222,7 @@ fn who(state: &State, s: &session::Session) -> serde_json::Value {
         "read_only": state.read_only,
         "expires_in": remaining.as_secs(),
         "max_upload_bytes": state.max_upload_bytes,
+        "workspace": state.workspace.as_ref().map(|w| w.workspace_id.clone()),
     })
 }
 

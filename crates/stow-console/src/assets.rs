@@ -38,6 +38,11 @@ pub const ASSETS: &[Asset] = &[
         bytes: include_bytes!("../assets/api.js"),
     },
     Asset {
+        name: "workspace.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../assets/workspace.js"),
+    },
+    Asset {
         name: "favicon.svg",
         content_type: "image/svg+xml",
         bytes: include_bytes!("../assets/favicon.svg"),

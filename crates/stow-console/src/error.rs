@@ -50,6 +50,15 @@ pub enum ConsoleError {
         /// S3's message.
         message: String,
     },
+    /// The checkpoint engine refused (workspace pages): the engine's own
+    /// machine code (`WsError::code`, also as a watch service answers it).
+    #[error("{message}")]
+    Engine {
+        /// The engine's code (`not_found`, `in_use`, `workspace_changed`, …).
+        code: String,
+        /// The engine's message.
+        message: String,
+    },
     /// Something failed inside the server.
     #[error("internal error: {0}")]
     Internal(String),
@@ -69,7 +78,7 @@ impl ConsoleError {
             ConsoleError::Method => "method_not_allowed",
             ConsoleError::TooLarge => "too_large",
             ConsoleError::LengthRequired => "length_required",
-            ConsoleError::S3 { code, .. } => code,
+            ConsoleError::S3 { code, .. } | ConsoleError::Engine { code, .. } => code,
             ConsoleError::Internal(_) => "internal",
         }
     }
@@ -88,6 +97,7 @@ impl ConsoleError {
             ConsoleError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ConsoleError::LengthRequired => StatusCode::LENGTH_REQUIRED,
             ConsoleError::S3 { status, .. } => *status,
+            ConsoleError::Engine { code, .. } => engine_status(code),
             ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -100,6 +110,29 @@ impl ConsoleError {
     }
 }
 
+/// The HTTP status of an engine refusal, by its machine code.
+pub fn engine_status(code: &str) -> StatusCode {
+    match code {
+        "not_found" => StatusCode::NOT_FOUND,
+        "invalid_path" | "invalid_input" | "invalid_request" | "invalid_manifest"
+        | "sensitive_path" | "invalid_parent" => StatusCode::BAD_REQUEST,
+        "in_use" | "in_progress" | "workspace_changed" | "request_conflict" | "already_exists"
+        | "refused" => StatusCode::CONFLICT,
+        "capacity_exceeded" | "no_space" => StatusCode::INSUFFICIENT_STORAGE,
+        "outcome_unknown" | "cancelled" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<stow_checkpoint::WsError> for ConsoleError {
+    fn from(e: stow_checkpoint::WsError) -> Self {
+        ConsoleError::Engine {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
 impl From<S3Error> for ConsoleError {
     fn from(e: S3Error) -> Self {
         let code = e.code().as_str().to_string();
@@ -109,5 +142,26 @@ impl From<S3Error> for ConsoleError {
             code,
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_refusals_keep_the_engine_code() {
+        let e = ConsoleError::from(stow_checkpoint::WsError::NotFound("checkpoint x".into()));
+        assert_eq!(e.code(), "not_found");
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        let e = ConsoleError::from(stow_checkpoint::WsError::WorkspaceChanged("p".into()));
+        assert_eq!(e.code(), "workspace_changed");
+        assert_eq!(e.status(), StatusCode::CONFLICT);
+        assert_eq!(e.body()["error"]["code"], "workspace_changed");
+        assert_eq!(
+            engine_status("io_failure"),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(engine_status("invalid_request"), StatusCode::BAD_REQUEST);
     }
 }

@@ -12,12 +12,17 @@
 //!   [`stow_s3_http::StowS3`] service the S3 port runs (so the same
 //!   authorization, read-only refusal and error codes apply).
 //!
+//! For `workspace serve` it also shows the workspace's checkpoints
+//! ([`workspace`]): the timeline, status, diffs and rewind, through the
+//! checkpoint engine's own functions and the workspace's watch service.
+//!
 //! It holds no storage logic.
 
 pub mod api;
 pub mod assets;
 pub mod error;
 pub mod session;
+pub mod workspace;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -59,6 +64,9 @@ pub struct ConsoleConfig {
     pub read_only: bool,
     /// Largest upload accepted (the S3 port's request-body limit).
     pub max_upload_bytes: u64,
+    /// The workspace whose checkpoint pages are shown (`workspace serve`);
+    /// `None` for `serve`.
+    pub workspace: Option<workspace::WorkspacePages>,
 }
 
 /// A bound console.

@@ -1,0 +1,171 @@
+"""The web console's workspace pages (issue 31) on `stow-s3 workspace serve`:
+a checkpoint taken by the CLI in the timeline, the live tree's status, a
+diff, a rewind with its dry-run plan shown first, and its undo, checked on
+disk; driven by Debian's headless Chromium through Playwright.
+
+The browser test saves a screenshot under target/console-shots/; without
+Playwright or /usr/bin/chromium it is skipped with the reason (the
+HTTP-level checks run regardless).
+"""
+
+import pathlib
+
+import pytest
+from s3server import S3Server, WorkspaceServer
+from test_console import Api, browser, page  # noqa: F401  (fixtures)
+from wskit import prepare, write_files
+from test_workspace import ws
+
+SEED = {"a.txt": b"alpha\n", "docs/readme.md": b"# readme\n", "keep.txt": b"kept\n"}
+
+
+def files_of(root):
+    """Every file under `root` but `.stow`, as {rel: bytes}."""
+    root = pathlib.Path(root)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] != ".stow"
+    }
+
+
+def edit(root):
+    """The agent's edits: one changed, one added, one deleted."""
+    root = pathlib.Path(root)
+    (root / "a.txt").write_bytes(b"alpha, edited\n")
+    (root / "new.txt").write_bytes(b"brand new\n")
+    (root / "docs" / "readme.md").unlink()
+
+
+@pytest.fixture
+def served(stow_bin, workdir):
+    """A prepared workspace checkpointed by the CLI, then edited, served
+    with its console. Yields (server, checkpoint id, files at the
+    checkpoint, files after the edits)."""
+    p = prepare(stow_bin, workdir, SEED)
+    reg = str(workdir / "reg")
+    _, cp, _ = ws(stow_bin, "checkpoint", "--id", p["workspace_id"], "--registry-dir", reg,
+                  "--message", "before the agent's edits")
+    root = pathlib.Path(p["root"])
+    at_cp = files_of(root)
+    edit(root)
+    edited = files_of(root)
+    server = WorkspaceServer(stow_bin, p["workspace_id"], reg)
+    assert server.ready["console"].startswith("http://127.0.0.1:"), server.ready
+    server.console = server.ready["console"]
+    yield server, cp["checkpoint_id"], at_cp, edited
+    rc = server.stop()
+    log = server.proc.stderr.read().decode()
+    assert rc == 0, f"server exited with {rc}: {log}"
+    assert server.secret_key not in log, "the secret is never logged"
+
+
+def sign_in(pg, server):
+    pg.goto(server.console)
+    pg.get_by_label("Access key").fill(server.access_key)
+    pg.get_by_label("Secret key").fill(server.secret_key)
+    pg.get_by_role("button", name="Sign in").click()
+    pg.get_by_role("heading", name="Buckets").wait_for()
+
+
+def test_checkpoints_status_diff_rewind_and_undo(served, page):
+    server, cp, at_cp, edited = served
+    root = pathlib.Path(server.root)
+    pg = page
+    sign_in(pg, server)
+    # The workspace's bucket through the object pages.
+    pg.get_by_role("link", name=server.bucket).click()
+    pg.get_by_role("cell", name="new.txt", exact=True).wait_for()
+
+    # The timeline: the CLI's checkpoint, its message, origin and head marker.
+    pg.get_by_role("link", name="Checkpoints").click()
+    pg.get_by_role("heading", name="Checkpoints").wait_for()
+    row = pg.locator("#ws-rows tr").filter(has_text="before the agent's edits")
+    row.wait_for()
+    assert "head" in row.inner_text()
+    assert "capture" in row.inner_text()
+
+    # Status: the live tree against the head.
+    pg.get_by_role("button", name="Status").click()
+    summary = pg.locator("#ws-status-summary")
+    summary.wait_for()
+    assert "1 added, 1 changed, 1 deleted" in summary.inner_text()
+    status_rows = pg.locator("#ws-status-rows").inner_text()
+    for path in ["new.txt", "a.txt", "docs/readme.md"]:
+        assert path in status_rows
+
+    # Diff: the checkpoint against the live tree, files with kinds.
+    pg.get_by_role("combobox", name="From", exact=True).select_option(cp)
+    pg.get_by_role("combobox", name="To", exact=True).select_option("live")
+    pg.get_by_role("button", name="Diff", exact=True).click()
+    pg.locator("#ws-diff-rows tr").first.wait_for()
+    diff_rows = {r.split("\t")[1]: r.split("\t")[0]
+                 for r in pg.locator("#ws-diff-rows tr").all_inner_texts()}
+    assert diff_rows == {"a.txt": "changed", "docs/readme.md": "deleted", "new.txt": "added"}
+
+    # Rewind: the plan first, nothing changed on disk yet.
+    row.get_by_role("button", name="Rewind to").click()
+    pg.get_by_text("Plan (nothing has changed yet)").wait_for()
+    assert "new.txt" in pg.locator("#ws-rewind-rows").inner_text()
+    assert files_of(root) == edited, "a dry run changes nothing"
+    pg.get_by_role("button", name="Rewind", exact=True).click()
+    pg.locator("#ws-rewind-summary").filter(has_text="Rewound to").wait_for()
+    result = pg.locator("#ws-rewind-summary").inner_text()
+    assert "0 conflicts" in result, result
+    assert files_of(root) == at_cp, "the files are as the checkpoint has them"
+
+    # Undo: back to the edits.
+    pg.get_by_role("button", name="Undo").click()
+    pg.locator("#ws-rewind-summary").filter(has_text="Rewound to the undo checkpoint").wait_for()
+    assert files_of(root) == edited, "undo brings the edits back"
+    # The head is now the undo checkpoint, which holds the edits.
+    pg.get_by_role("button", name="Status").click()
+    pg.locator("#ws-status-summary").filter(has_text="matches the head").wait_for()
+    assert not pg.alerts
+
+
+def test_workspace_api_refusals(served):
+    server, cp, _, edited = served
+    api = Api(server.console)
+    _, cookie, csrf = api.sign_in(server)
+    same = {"Sec-Fetch-Site": "same-origin"}
+    resp, doc = api.call("GET", "checkpoints", headers=same, cookie=cookie)
+    assert resp.status == 200 and doc["checkpoints"][0]["checkpoint_id"] == cp, doc
+    # A rewind is a state change: no CSRF token, no rewind.
+    resp, doc = api.call("POST", "rewind", {"to": cp, "dry_run": False, "request_key": "k1"},
+                         headers=same, cookie=cookie)
+    assert resp.status == 403 and doc["error"]["code"] == "csrf", doc
+    # A rewind without a key is refused before the engine is asked.
+    with_csrf = {**same, "X-Stow-CSRF": csrf}
+    resp, doc = api.call("POST", "rewind", {"to": cp, "dry_run": False},
+                         headers=with_csrf, cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "bad_request", doc
+    # The engine's own code for an unknown checkpoint.
+    resp, doc = api.call("POST", "rewind", {"to": "cp_" + "0" * 32}, headers=with_csrf, cookie=cookie)
+    assert resp.status in (400, 404) and doc["error"]["code"] in ("not_found", "invalid_request"), doc
+    resp, doc = api.call("GET", "diff?from=" + cp + "&to=live", headers=same, cookie=cookie)
+    assert resp.status == 200 and {c["path"] for c in doc["changes"]} == {"a.txt", "docs/readme.md", "new.txt"}
+    # Without a session nothing is answered.
+    resp, doc = api.call("GET", "status", headers=same)
+    assert resp.status == 401
+    assert files_of(server.root) == edited
+
+
+def test_plain_serve_has_no_workspace_pages(stow_bin, tmp_path):
+    server = S3Server(stow_bin, tmp_path / "data")
+    try:
+        api = Api(server.ready["console"])
+        _, cookie, _ = api.sign_in(server)
+        resp, doc = api.call("GET", "checkpoints", headers={"Sec-Fetch-Site": "same-origin"}, cookie=cookie)
+        assert resp.status == 404 and doc["error"]["code"] == "not_found", doc
+    finally:
+        assert server.stop() == 0
+
+
+def test_workspace_serve_no_console(stow_bin, workdir):
+    p = prepare(stow_bin, workdir, {"a.txt": b"a"})
+    server = WorkspaceServer(stow_bin, p["workspace_id"], str(workdir / "reg"), "--no-console")
+    try:
+        assert server.ready.get("console") is None
+    finally:
+        assert server.stop() == 0
