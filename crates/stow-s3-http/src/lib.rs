@@ -16,6 +16,12 @@ mod public;
 mod reset;
 mod s3;
 
+/// Entry points for the fuzzer (`fuzz/`) and its corpus replay. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::s3::fuzzing::request_headers;
+}
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;

@@ -9,6 +9,7 @@
 mod acl;
 mod buckets;
 mod convert;
+pub(crate) mod fuzzing;
 mod listing;
 mod multipart;
 mod reads;

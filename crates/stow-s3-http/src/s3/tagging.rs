@@ -17,8 +17,11 @@ fn form_decode(s: &str) -> S3Result<String> {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' => {
+                // Two hex digits exactly (`from_str_radix` alone would
+                // also take a sign, as in `%+1`).
                 let hex = s
                     .get(i + 1..i + 3)
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
                     .ok_or_else(|| s3_error!(InvalidArgument, "malformed x-amz-tagging"))?;
                 out.push(hex);
