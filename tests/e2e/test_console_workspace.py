@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 from s3server import S3Server, WorkspaceServer
-from test_console import Api, browser, page  # noqa: F401  (fixtures)
+from test_console import SHOTS, Api, browser, page  # noqa: F401  (fixtures)
 from wskit import prepare, write_files
 from test_workspace import ws
 
@@ -169,3 +169,24 @@ def test_workspace_serve_no_console(stow_bin, workdir):
         assert server.ready.get("console") is None
     finally:
         assert server.stop() == 0
+
+
+def test_checkpoints_dark_and_narrow(served, browser):  # noqa: F811  (fixture)
+    # The Checkpoints page on a phone-sized window in the dark setting.
+    server, _, _, _ = served
+    context = browser.new_context(color_scheme="dark", viewport={"width": 390, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(15_000)
+        sign_in(pg, server)
+        pg.get_by_role("link", name="Checkpoints").click()
+        pg.locator("#ws-rows tr").first.wait_for()
+        pg.get_by_role("button", name="Status").click()
+        pg.locator("#ws-status-rows tr").first.wait_for()
+        pg.locator("#ws-rows tr").first.get_by_role("button", name="Rewind to").click()
+        pg.get_by_role("button", name="Rewind", exact=True).wait_for()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(SHOTS / "test_checkpoints_dark_and_narrow.png"), full_page=True)
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()

@@ -27,10 +27,27 @@ export function mountWorkspace(ui) {
     return formatSize(to !== null ? to : from);
   }
 
+  /** What changed in a changed file besides its size: mode, content. */
+  function detailOf(change) {
+    if (!change.from || !change.to) return "";
+    const parts = [];
+    if (change.from.mode !== change.to.mode) {
+      parts.push(`mode ${change.from.mode.toString(8)} → ${change.to.mode.toString(8)}`);
+    }
+    if (change.from.sha256 !== change.to.sha256) parts.push("content");
+    return parts.length ? ` (${parts.join(", ")})` : "";
+  }
+
   /** Table rows for files and links that changed. */
   function changeRows(changes, links) {
     const rows = (changes || []).map((c) =>
-      el("tr", {}, el("td", { class: `kind-${c.kind}` }, c.kind), el("td", { class: "name" }, c.path), el("td", {}, sizeOf(c))),
+      el(
+        "tr",
+        {},
+        el("td", { class: `kind-${c.kind}` }, c.kind),
+        el("td", { class: "name" }, c.path),
+        el("td", {}, sizeOf(c) + detailOf(c)),
+      ),
     );
     for (const l of links || []) {
       rows.push(el("tr", {}, el("td", { class: `kind-${l.kind}` }, l.kind), el("td", { class: "name" }, l.path), el("td", {}, "link")));
