@@ -124,8 +124,13 @@ def test_checkpoints_status_diff_rewind_and_undo(served, page):
     assert not pg.alerts
 
 
-def test_workspace_api_refusals(served):
+def test_workspace_api_refusals(served, stow_bin, workdir):
     server, cp, _, edited = served
+    # Another workspace of the same registry, and its checkpoint.
+    other = prepare(stow_bin, workdir, {"secret.txt": b"not yours"}, root="other")
+    _, other_cp, _ = ws(stow_bin, "checkpoint", "--id", other["workspace_id"],
+                        "--registry-dir", str(workdir / "reg"))
+    other_cp = other_cp["checkpoint_id"]
     api = Api(server.console)
     _, cookie, csrf = api.sign_in(server)
     same = {"Sec-Fetch-Site": "same-origin"}
@@ -145,6 +150,13 @@ def test_workspace_api_refusals(served):
     assert resp.status in (400, 404) and doc["error"]["code"] in ("not_found", "invalid_request"), doc
     resp, doc = api.call("GET", "diff?from=" + cp + "&to=live", headers=same, cookie=cookie)
     assert resp.status == 200 and {c["path"] for c in doc["changes"]} == {"a.txt", "docs/readme.md", "new.txt"}
+    # Another workspace's checkpoints are not this console's to show.
+    for query in [f"diff?from={other_cp}&to={cp}", f"diff?from={cp}&to={other_cp}",
+                  f"diff?from={other_cp}&to=live"]:
+        resp, doc = api.call("GET", query, headers=same, cookie=cookie)
+        assert resp.status == 400 and doc["error"]["code"] == "invalid_request", (query, doc)
+    resp, doc = api.call("POST", "rewind", {"to": other_cp}, headers=with_csrf, cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc
     # Without a session nothing is answered.
     resp, doc = api.call("GET", "status", headers=same)
     assert resp.status == 401

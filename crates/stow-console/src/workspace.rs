@@ -182,6 +182,11 @@ impl WorkspacePages {
             }
             return Ok(page);
         }
+        // Only this workspace's checkpoints are shown (the registry may
+        // hold others'); status checks its own `against` likewise.
+        for id in [&from, &to] {
+            stow_checkpoint::check_belongs(&self.registry, id, &self.workspace_id)?;
+        }
         let result = stow_checkpoint::diff(&self.registry, &from, &to)?;
         let mut value = to_json(&result)?;
         if let serde_json::Value::Object(fields) = &mut value {
