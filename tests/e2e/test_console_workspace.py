@@ -102,6 +102,11 @@ def test_checkpoints_status_diff_rewind_and_undo(served, page):
     diff_rows = {r.split("\t")[1]: r.split("\t")[0]
                  for r in pg.locator("#ws-diff-rows tr").all_inner_texts()}
     assert diff_rows == {"a.txt": "changed", "docs/readme.md": "deleted", "new.txt": "added"}
+    # A text file's line diff.
+    pg.locator("#ws-diff-rows").get_by_role("button", name="Text diff of a.txt").click()
+    lines = pg.locator("#ws-file-lines")
+    lines.get_by_text("+ alpha, edited").wait_for()
+    assert lines.inner_text().splitlines() == ["- alpha", "+ alpha, edited"]
 
     # Rewind: the plan first, nothing changed on disk yet.
     row.get_by_role("button", name="Rewind to").click()
@@ -150,6 +155,17 @@ def test_workspace_api_refusals(served, stow_bin, workdir):
     assert resp.status in (400, 404) and doc["error"]["code"] in ("not_found", "invalid_request"), doc
     resp, doc = api.call("GET", "diff?from=" + cp + "&to=live", headers=same, cookie=cookie)
     assert resp.status == 200 and {c["path"] for c in doc["changes"]} == {"a.txt", "docs/readme.md", "new.txt"}
+    # One file's text diff against the live tree; a binary file is not text.
+    resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path=new.txt", headers=same, cookie=cookie)
+    assert resp.status == 200 and doc["text"] and doc["from_size"] is None, doc
+    assert doc["lines"] == [{"op": "+", "text": "brand new"}], doc
+    (pathlib.Path(server.root) / "bin.dat").write_bytes(b"\x00\x01\x02")
+    resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path=bin.dat", headers=same, cookie=cookie)
+    assert resp.status == 200 and doc["text"] is False and doc["reason"] == "binary", doc
+    (pathlib.Path(server.root) / "bin.dat").unlink()
+    resp, doc = api.call("GET", f"filediff?from={other_cp}&to=live&path=secret.txt", headers=same,
+                         cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc
     # Another workspace's checkpoints are not this console's to show.
     for query in [f"diff?from={other_cp}&to={cp}", f"diff?from={cp}&to={other_cp}",
                   f"diff?from={other_cp}&to=live"]:

@@ -215,6 +215,7 @@ pub fn run_workspace(
         }
     };
     let quota = served.quota;
+    let bucket = served.description.bucket.clone();
     let max_uploads = view.store().options().max_uploads;
     let description = serde_json::to_value(&served.description).map_err(|e| {
         refuse(
@@ -238,6 +239,8 @@ pub fn run_workspace(
             workspace: Some(stow_console::workspace::WorkspacePages {
                 registry: registry.clone(),
                 workspace_id: id.to_string(),
+                bucket: bucket.clone(),
+                objects: config.store.clone(),
             }),
         };
         (at, console)

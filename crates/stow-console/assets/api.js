@@ -66,6 +66,7 @@ export const api = {
   checkpoints: (cursor) => call("GET", "checkpoints", { cursor }),
   status: (cursor) => call("GET", "status", { cursor }),
   diff: (from, to) => call("GET", "diff", { from, to }),
+  fileDiff: (from, to, path) => call("GET", "filediff", { from, to, path }),
   rewindPlan: (to) => call("POST", "rewind", {}, { to, dry_run: true }),
   rewind: (to, requestKey) => call("POST", "rewind", {}, { to, dry_run: false, request_key: requestKey }),
 };

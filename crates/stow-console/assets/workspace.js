@@ -38,8 +38,11 @@ export function mountWorkspace(ui) {
     return parts.length ? ` (${parts.join(", ")})` : "";
   }
 
-  /** Table rows for files and links that changed. */
-  function changeRows(changes, links) {
+  /**
+   * Table rows for files and links that changed; with `between`
+   * ({ from, to }) each file offers its text diff.
+   */
+  function changeRows(changes, links, between) {
     const rows = (changes || []).map((c) =>
       el(
         "tr",
@@ -47,6 +50,18 @@ export function mountWorkspace(ui) {
         el("td", { class: `kind-${c.kind}` }, c.kind),
         el("td", { class: "name" }, c.path),
         el("td", {}, sizeOf(c) + detailOf(c)),
+        between
+          ? el(
+              "td",
+              { class: "actions" },
+              el("button", {
+                type: "button",
+                "aria-label": `Text diff of ${c.path}`,
+                text: "Text diff",
+                onclick: () => fileDiff(between.from, between.to, c.path),
+              }),
+            )
+          : "",
       ),
     );
     for (const l of links || []) {
@@ -130,7 +145,7 @@ export function mountWorkspace(ui) {
     $("ws-status-summary").textContent = data.clean
       ? `The live tree matches the head ${short(data.checkpoint_id)}.`
       : `Against the head ${short(data.checkpoint_id)}: ${data.added} added, ${data.changed} changed, ${data.deleted} deleted.`;
-    const rows = changeRows(data.changes, data.links);
+    const rows = changeRows(data.changes, data.links, { from: data.checkpoint_id, to: "live" });
     if (more) $("ws-status-rows").append(...rows);
     else $("ws-status-rows").replaceChildren(...rows);
     ws.statusCursor = data.next_cursor || null;
@@ -157,8 +172,33 @@ export function mountWorkspace(ui) {
     $("ws-diff-summary").textContent =
       `${short(from)} → ${toName}: ${count("added")} added, ${count("changed")} changed, ${count("deleted")} deleted` +
       (data.next_cursor ? " (first page)." : ".");
-    $("ws-diff-rows").replaceChildren(...changeRows(changes, data.links));
+    $("ws-diff-rows").replaceChildren(...changeRows(changes, data.links, { from, to }));
   });
+
+  /** One file's line diff, or why it is not shown as text. */
+  async function fileDiff(from, to, path) {
+    clearError();
+    const data = await attempt(() => api.fileDiff(from, to, path));
+    if (!data) return;
+    $("ws-file").hidden = false;
+    $("ws-file-path").textContent = path;
+    const toName = to === "live" ? "the live tree" : short(to);
+    const sizes = `${formatSize(data.from_size) || "absent"} → ${formatSize(data.to_size) || "absent"}`;
+    if (!data.text) {
+      const why = data.reason === "binary" ? "not text" : "too large for a text view";
+      $("ws-file-summary").textContent = `${short(from)} → ${toName}: ${sizes}; ${why}.`;
+      $("ws-file-lines").replaceChildren();
+    } else {
+      $("ws-file-summary").textContent = `${short(from)} → ${toName}: ${sizes}.`;
+      const cls = { "+": "add", "-": "del", "…": "fold", " ": "same" };
+      $("ws-file-lines").replaceChildren(
+        ...data.lines.map((l) =>
+          el("span", { class: cls[l.op] || "same" }, l.op === "…" ? `… ${l.text} unchanged lines\n` : `${l.op} ${l.text}\n`),
+        ),
+      );
+    }
+    $("ws-file").scrollIntoView({ block: "nearest" });
+  }
 
   // ---- rewind: the plan first, then the rewind, then undo ----
 
@@ -213,6 +253,7 @@ export function mountWorkspace(ui) {
     $("ws-status").hidden = true;
     $("ws-status-summary").textContent = "";
     $("ws-status-rows").replaceChildren();
+    $("ws-file").hidden = true;
     show();
   }
 

@@ -8,8 +8,9 @@
 //! | `objects?bucket=&prefix=&token=` | `GET` | ListObjectsV2 (delimiter `/`) |
 //! | `object?bucket=&key=` | `PUT` body / `GET` / `DELETE` | PutObject / GetObject (as an attachment) / DeleteObject |
 //!
-//! With a workspace (`workspace serve`), `checkpoints`, `status`, `diff`
-//! and `rewind` are the checkpoint pages' routes ([`crate::workspace`]).
+//! With a workspace (`workspace serve`), `checkpoints`, `status`, `diff`,
+//! `filediff` and `rewind` are the checkpoint pages' routes
+//! ([`crate::workspace`]).
 //!
 //! Every API request is refused cross-origin; every one but sign-in needs
 //! a live session, and every state-changing one the session's CSRF token.
@@ -110,7 +111,10 @@ pub async fn handle(
             _ => Err(ConsoleError::Method),
         };
     }
-    let pages = matches!(route, "checkpoints" | "status" | "diff" | "rewind");
+    let pages = matches!(
+        route,
+        "checkpoints" | "status" | "diff" | "filediff" | "rewind"
+    );
     if !pages && !matches!(route, "buckets" | "bucket" | "objects" | "object") {
         return Err(ConsoleError::NotFound);
     }
@@ -167,6 +171,9 @@ async fn workspace_route(
             run(Box::new(move |p: &WorkspacePages| p.status(&query))).await?
         }
         ("diff", Method::GET) => run(Box::new(move |p: &WorkspacePages| p.diff(&query))).await?,
+        ("filediff", Method::GET) => {
+            run(Box::new(move |p: &WorkspacePages| p.file_diff(&query))).await?
+        }
         ("rewind", Method::POST) => {
             let body = RewindBody::parse(read_json(req).await?)?;
             if state.read_only && !body.dry_run {

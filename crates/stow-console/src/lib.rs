@@ -22,6 +22,7 @@ pub mod api;
 pub mod assets;
 pub mod error;
 pub mod session;
+pub mod textdiff;
 pub mod workspace;
 
 use std::convert::Infallible;

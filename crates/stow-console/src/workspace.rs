@@ -7,6 +7,7 @@
 //! | `status?limit=&cursor=` | `GET` | `watch_service::status` (the live tree against the head) |
 //! | `diff?from=&to=` | `GET` | `stow_checkpoint::diff`; `to=live`: `watch_service::status` against `from` |
 //! | `rewind` | `POST {"to", "dry_run", "request_key"}` | dry run: `rewind::rewind` (changes nothing); else `watch_service::rewind` |
+//! | `filediff?from=&to=&path=` | `GET` | one file's line diff ([`crate::textdiff`]): a checkpoint's blob (`open_verified`), or (`to=live`) the bucket view's object |
 //!
 //! Status and rewind go through the workspace's watch service, which the
 //! serving process runs over the bucket view it owns
@@ -17,6 +18,8 @@
 //! the engine's machine code ([`ConsoleError::Engine`]).
 
 use std::collections::HashMap;
+use std::io::Read as _;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use stow_checkpoint::rewind::{RewindRequest, RewindResult};
@@ -24,6 +27,7 @@ use stow_checkpoint::watch_service::{self, RewindCall, StatusCall, WatchReply};
 use stow_checkpoint::Registry;
 
 use crate::error::ConsoleError;
+use crate::textdiff::{self, NotText, MAX_TEXT_BYTES};
 
 /// Checkpoints in one page of the timeline.
 pub const LOG_PAGE: usize = 50;
@@ -41,6 +45,39 @@ pub struct WorkspacePages {
     pub registry: Registry,
     /// The served workspace.
     pub workspace_id: String,
+    /// The workspace's bucket (the live tree's files are its objects).
+    pub bucket: String,
+    /// The bucket view the S3 port serves (reads of live files only).
+    pub objects: Arc<dyn stow_store::ObjectBackend>,
+}
+
+/// One side of a file diff.
+enum Side {
+    /// No such file on that side.
+    Absent,
+    /// Its bytes (at most [`MAX_TEXT_BYTES`]).
+    Bytes(Vec<u8>),
+    /// A file larger than a text view takes, with its size.
+    TooLarge(u64),
+}
+
+impl Side {
+    fn size(&self) -> Option<u64> {
+        match self {
+            Side::Absent => None,
+            Side::Bytes(b) => Some(b.len() as u64),
+            Side::TooLarge(n) => Some(*n),
+        }
+    }
+
+    /// Its text; an absent file is empty.
+    fn text(&self) -> Result<&str, NotText> {
+        match self {
+            Side::Absent => Ok(""),
+            Side::Bytes(b) => textdiff::as_text(b),
+            Side::TooLarge(_) => Err(NotText::TooLarge),
+        }
+    }
 }
 
 /// A `POST rewind` body.
@@ -194,6 +231,87 @@ impl WorkspacePages {
             fields.insert("to".into(), to.into());
         }
         Ok(value)
+    }
+
+    /// `path` in checkpoint `id` of this workspace.
+    fn checkpoint_file(&self, id: &str, path: &str) -> Result<Side, ConsoleError> {
+        stow_checkpoint::check_belongs(&self.registry, id, &self.workspace_id)?;
+        let manifest = stow_checkpoint::load_manifest(&self.registry, id)?;
+        let Some(f) = manifest.files.iter().find(|f| f.path == path) else {
+            return Ok(Side::Absent);
+        };
+        if f.size > MAX_TEXT_BYTES as u64 {
+            return Ok(Side::TooLarge(f.size));
+        }
+        let mut bytes = Vec::with_capacity(MAX_TEXT_BYTES.min(f.size as usize));
+        stow_checkpoint::open_verified(&self.registry, f)?
+            .read_to_end(&mut bytes)
+            .map_err(|e| {
+                stow_checkpoint::WsError::Corrupt(format!("payload of {}: {e}", f.path))
+            })?;
+        Ok(Side::Bytes(bytes))
+    }
+
+    /// `path` in the live tree, read as the bucket view's object.
+    fn live_file(&self, path: &str) -> Result<Side, ConsoleError> {
+        let read = match self.objects.get_object(&self.bucket, path, None) {
+            Ok(read) => read,
+            Err(stow_store::StoreError::NoSuchKey { .. }) => return Ok(Side::Absent),
+            Err(e) => {
+                return Err(ConsoleError::Engine {
+                    code: e.code().to_string(),
+                    message: e.to_string(),
+                })
+            }
+        };
+        if read.meta.size > MAX_TEXT_BYTES as u64 {
+            return Ok(Side::TooLarge(read.meta.size));
+        }
+        let mut bytes = Vec::new();
+        read.body
+            .take(MAX_TEXT_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ConsoleError::Internal(format!("read {path}: {e}")))?;
+        Ok(Side::Bytes(bytes))
+    }
+
+    /// `GET filediff?from=&to=&path=`: one file's line diff, or why it is
+    /// not shown as text (`too_large`, `binary`) with the two sizes.
+    pub fn file_diff(
+        &self,
+        query: &HashMap<String, String>,
+    ) -> Result<serde_json::Value, ConsoleError> {
+        let get = |name: &str| {
+            query
+                .get(name)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .ok_or_else(|| {
+                    ConsoleError::BadRequest(format!("query parameter \"{name}\" is required"))
+                })
+        };
+        let (from, to, path) = (get("from")?, get("to")?, get("path")?);
+        let old = self.checkpoint_file(&from, &path)?;
+        let new = if to == LIVE {
+            self.live_file(&path)?
+        } else {
+            self.checkpoint_file(&to, &path)?
+        };
+        let mut doc = serde_json::json!({
+            "path": path, "from": from, "to": to,
+            "from_size": old.size(), "to_size": new.size(),
+        });
+        match (old.text(), new.text()) {
+            (Ok(a), Ok(b)) => {
+                doc["text"] = true.into();
+                doc["lines"] = to_json(&textdiff::unified(a, b))?;
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                doc["text"] = false.into();
+                doc["reason"] = e.reason().into();
+            }
+        }
+        Ok(doc)
     }
 
     /// `POST rewind`: the plan (dry run), or the rewind itself through the
