@@ -214,6 +214,11 @@ pub fn run_workspace(
             None
         }
     };
+    // Without a watch service here, the console's rewinds run in this
+    // process with an owning monitor, so they still hold the view's writes.
+    let monitor = _watch
+        .is_none()
+        .then(|| Arc::new(stow_checkpoint::TreeMonitor::owning(Arc::clone(&view))));
     let quota = served.quota;
     let bucket = served.description.bucket.clone();
     let max_uploads = view.store().options().max_uploads;
@@ -241,6 +246,7 @@ pub fn run_workspace(
                 workspace_id: id.to_string(),
                 bucket: bucket.clone(),
                 objects: config.store.clone(),
+                monitor: monitor.clone(),
             }),
         };
         (at, console)

@@ -49,6 +49,11 @@ pub struct WorkspacePages {
     pub bucket: String,
     /// The bucket view the S3 port serves (reads of live files only).
     pub objects: Arc<dyn stow_store::ObjectBackend>,
+    /// This process's owning monitor of the workspace when its watch
+    /// service could not start: a rewind no service takes then runs here
+    /// with it (and so still holds the view's S3 writes). `None` while the
+    /// process's watch service runs (it takes every rewind).
+    pub monitor: Option<Arc<stow_checkpoint::TreeMonitor>>,
 }
 
 /// One side of a file diff.
@@ -342,7 +347,7 @@ impl WorkspacePages {
                 request_key: body.request_key,
                 include_sensitive: false,
             };
-            match watch_service::rewind(&self.registry, &call, None) {
+            match watch_service::rewind_in(&self.registry, &call, None, self.monitor.as_deref()) {
                 WatchReply::Rewound { result } => *result,
                 WatchReply::Refused { code, message, .. } => {
                     return Err(ConsoleError::Engine { code, message })
