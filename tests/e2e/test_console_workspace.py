@@ -218,3 +218,23 @@ def test_checkpoints_dark_and_narrow(served, browser):  # noqa: F811  (fixture)
         assert pg.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
+
+
+def test_a_rewind_is_keyed(served):
+    # The page sends one request key per confirmation: the same key again
+    # replays the first rewind's result instead of rewinding twice.
+    server, cp, at_cp, _ = served
+    api = Api(server.console)
+    _, cookie, csrf = api.sign_in(server)
+    headers = {"Sec-Fetch-Site": "same-origin", "X-Stow-CSRF": csrf}
+    body = {"to": cp, "dry_run": False, "request_key": "console-test-key-1"}
+    resp, first = api.call("POST", "rewind", body, headers=headers, cookie=cookie)
+    assert resp.status == 200 and not first["replayed"] and first["undo_checkpoint_id"], first
+    assert files_of(server.root) == at_cp
+    resp, again = api.call("POST", "rewind", body, headers=headers, cookie=cookie)
+    assert resp.status == 200 and again["replayed"], again
+    assert again["undo_checkpoint_id"] == first["undo_checkpoint_id"]
+    # The same key for another checkpoint is the engine's request_conflict.
+    resp, doc = api.call("POST", "rewind", {**body, "to": first["undo_checkpoint_id"]},
+                         headers=headers, cookie=cookie)
+    assert resp.status == 409 and doc["error"]["code"] == "request_conflict", doc
