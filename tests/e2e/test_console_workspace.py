@@ -238,3 +238,23 @@ def test_a_rewind_is_keyed(served):
     resp, doc = api.call("POST", "rewind", {**body, "to": first["undo_checkpoint_id"]},
                          headers=headers, cookie=cookie)
     assert resp.status == 409 and doc["error"]["code"] == "request_conflict", doc
+
+
+def test_a_portable_diff_lists_objects(served, page, stow_bin, workdir):
+    # Objects of the workspace's private store (another bucket) travel in a
+    # portable checkpoint; the Diff page lists them beside the files.
+    server, cp, _, _ = served
+    s3 = server.client()
+    s3.create_bucket(Bucket="side")
+    s3.put_object(Bucket="side", Key="notes/today.txt", Body=b"object body")
+    _, portable, _ = ws(stow_bin, "checkpoint", "--id", server.ready["workspace_id"],
+                        "--registry-dir", str(workdir / "reg"), "--portable", "--message", "portable")
+    pg = page
+    sign_in(pg, server)
+    pg.get_by_role("link", name="Checkpoints").click()
+    pg.locator("#ws-rows tr").filter(has_text="portable").wait_for()
+    pg.get_by_role("combobox", name="From", exact=True).select_option(cp)
+    pg.get_by_role("combobox", name="To", exact=True).select_option(portable["checkpoint_id"])
+    pg.get_by_role("button", name="Diff", exact=True).click()
+    pg.locator("#ws-diff-rows").get_by_text("object side/notes/today.txt").wait_for()
+    assert "bucket side" in pg.locator("#ws-diff-rows").inner_text()

@@ -172,7 +172,14 @@ export function mountWorkspace(ui) {
     $("ws-diff-summary").textContent =
       `${short(from)} → ${toName}: ${count("added")} added, ${count("changed")} changed, ${count("deleted")} deleted` +
       (data.next_cursor ? " (first page)." : ".");
-    $("ws-diff-rows").replaceChildren(...changeRows(changes, data.links, { from, to }));
+    // Portable checkpoints: the private store's buckets and objects too.
+    const stored = [
+      ...(data.buckets || []).map((b) => el("tr", {}, el("td", { class: `kind-${b.kind}` }, b.kind), el("td", { class: "name" }, `bucket ${b.bucket}`), el("td", {}), el("td", {}))),
+      ...(data.objects || []).map((o) =>
+        el("tr", {}, el("td", { class: `kind-${o.kind}` }, o.kind), el("td", { class: "name" }, `object ${o.bucket}/${o.key}`), el("td", {}, sizeOf(o)), el("td", {})),
+      ),
+    ];
+    $("ws-diff-rows").replaceChildren(...changeRows(changes, data.links, { from, to }), ...stored);
   });
 
   /** One file's line diff, or why it is not shown as text. */
