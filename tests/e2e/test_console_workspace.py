@@ -151,8 +151,11 @@ def test_workspace_api_refusals(served, stow_bin, workdir):
                          headers=with_csrf, cookie=cookie)
     assert resp.status == 400 and doc["error"]["code"] == "bad_request", doc
     # The engine's own code for an unknown checkpoint.
-    resp, doc = api.call("POST", "rewind", {"to": "cp_" + "0" * 32}, headers=with_csrf, cookie=cookie)
-    assert resp.status in (400, 404) and doc["error"]["code"] in ("not_found", "invalid_request"), doc
+    missing = cp[:-1] + ("0" if cp[-1] != "0" else "1")
+    resp, doc = api.call("POST", "rewind", {"to": missing}, headers=with_csrf, cookie=cookie)
+    assert resp.status == 404 and doc["error"]["code"] == "not_found", doc
+    resp, doc = api.call("POST", "rewind", {"to": "cp_bad"}, headers=with_csrf, cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc
     resp, doc = api.call("GET", "diff?from=" + cp + "&to=live", headers=same, cookie=cookie)
     assert resp.status == 200 and {c["path"] for c in doc["changes"]} == {"a.txt", "docs/readme.md", "new.txt"}
     # One file's text diff against the live tree; a binary file is not text.
