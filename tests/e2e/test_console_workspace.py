@@ -261,3 +261,27 @@ def test_a_portable_diff_lists_objects(served, page, stow_bin, workdir):
     pg.get_by_role("button", name="Diff", exact=True).click()
     pg.locator("#ws-diff-rows").get_by_text("object side/notes/today.txt").wait_for()
     assert "bucket side" in pg.locator("#ws-diff-rows").inner_text()
+
+
+def test_the_timeline_pages_with_its_cursor(served, stow_bin, workdir):
+    server, cp, _, _ = served
+    for i in range(2):
+        (pathlib.Path(server.root) / f"more{i}.txt").write_bytes(b"x" * i)
+        ws(stow_bin, "checkpoint", "--id", server.ready["workspace_id"],
+           "--registry-dir", str(workdir / "reg"), "--message", f"more {i}")
+    api = Api(server.console)
+    _, cookie, _ = api.sign_in(server)
+    same = {"Sec-Fetch-Site": "same-origin"}
+    seen, cursor = [], ""
+    for _ in range(5):
+        resp, doc = api.call("GET", f"checkpoints?limit=1&cursor={cursor}", headers=same, cookie=cookie)
+        assert resp.status == 200 and len(doc["checkpoints"]) == 1, doc
+        seen.append(doc["checkpoints"][0]["message"])
+        cursor = doc.get("next_cursor")
+        if not cursor:
+            break
+    assert seen == ["more 1", "more 0", "before the agent's edits"]
+    resp, doc = api.call("GET", "checkpoints?limit=0", headers=same, cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "bad_request", doc
+    resp, doc = api.call("GET", "checkpoints?cursor=nonsense", headers=same, cookie=cookie)
+    assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc
