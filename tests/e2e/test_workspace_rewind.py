@@ -475,6 +475,30 @@ def test_a_portable_rewind_while_serve_runs_goes_through_the_server(stow_bin, wo
     assert "rewinds_finished" not in ok(stow_bin, "check", "--registry-dir", reg, env=env)
 
 
+def test_serve_refuses_a_workspace_another_watch_holds(stow_bin, workdir, env):
+    """found by review: with a `workspace watch` already running, `workspace
+    serve` started without its own watch service, so rewinds went to the
+    watch's process, unordered with the server's S3 writes. It is refused
+    (in_use) until that watch stops; then it serves."""
+    from s3server import WorkspaceServer
+
+    repo = make_repo(workdir / "repo", env)
+    reg = workdir / "reg"
+    ws = ok(stow_bin, "attach", "--registry-dir", reg, env=env, cwd=repo)["workspace_id"]
+    watcher = subprocess.Popen([stow_bin, "workspace", "watch", "--id", ws, "--registry-dir", reg],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stdout.readline(), watcher.stderr.read()
+        rc, doc, err = run(stow_bin, "serve", "--id", ws, "--registry-dir", reg, "--port", "0", env=env)
+        assert (rc, doc["error"]["code"]) == (1, "in_use"), (doc, err)
+        assert "already watched" in doc["error"]["message"]
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+    server = WorkspaceServer(stow_bin, ws, reg, "--port", "0", env=env)
+    assert server.stop() == 0
+
+
 def test_paths_the_target_ignored_are_not_deleted_when_the_rules_changed(stow_bin, workdir, env):
     """found by review: with .gitignore removed after the checkpoint, the
     undo capture holds what was ignored; the target lacks it because it was

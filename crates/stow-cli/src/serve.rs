@@ -203,12 +203,21 @@ pub fn run_workspace(
     let view = Arc::new(served.view);
     // CLI captures and rewinds of the served workspace go through this
     // process (which owns the bucket view) and read only what changed
-    // while the server runs (another `workspace watch` may already serve
-    // them).
+    // while the server runs. Another process's watch would take them
+    // instead, unordered with this server's S3 writes: refused.
     let watched =
         stow_checkpoint::watch_service::WatchService::start_owning(registry, id, Arc::clone(&view));
     let _watch = match watched {
         Ok(w) => Some(w),
+        Err(e @ stow_checkpoint::WsError::AlreadyWatched(_)) => {
+            return Err(refuse(
+                "in_use",
+                format!(
+                    "{e}; stop it first: `workspace serve` keeps its own watch, so that \
+                     rewinds and S3 writes never interleave"
+                ),
+            ));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "captures of this workspace are not watched");
             None
