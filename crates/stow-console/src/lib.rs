@@ -25,7 +25,6 @@ pub mod session;
 pub mod textdiff;
 pub mod workspace;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -33,7 +32,6 @@ use std::time::Duration;
 
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use stow_store::ObjectBackend;
 use tokio::net::TcpListener;
 
@@ -109,43 +107,12 @@ impl Console {
     /// Serves until `shutdown` resolves, then gives open requests up to
     /// `grace` to finish.
     pub async fn run(self, shutdown: impl Future<Output = ()>, grace: Duration) {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30));
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!("console accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let _ = stream.set_nodelay(true);
-            let state = Arc::clone(&self.state);
-            let service = hyper::service::service_fn(move |req| {
-                let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(handle(&state, req).await) }
-            });
-            let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!("console connection from {peer} ended: {e}");
-                }
-            });
-        }
-        drop(self.listener);
-        if tokio::time::timeout(grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!("console requests did not finish within {grace:?}");
-        }
+        let state = self.state;
+        let answer = move |req, _peer| {
+            let state = Arc::clone(&state);
+            async move { handle(&state, req).await }
+        };
+        stow_s3_http::serve_connections(self.listener, "console", answer, shutdown, grace).await;
     }
 }
 

@@ -11,6 +11,7 @@
 //! the store. Storage logic lives only in `stow-store`.
 
 mod body;
+mod connections;
 mod errors;
 mod public;
 mod reset;
@@ -22,7 +23,6 @@ pub mod fuzzing {
     pub use crate::s3::fuzzing::request_headers;
 }
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,13 +31,14 @@ use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::host::{S3Host, VirtualHost};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{s3_error, S3Error, S3Result};
 use stow_store::ObjectBackend;
 use tokio::net::TcpListener;
+
+pub use connections::serve_connections;
 use tokio::sync::Semaphore;
 
 pub use reset::RESET_PATH;
@@ -187,44 +188,12 @@ impl Server {
     /// Serves until `shutdown` resolves, then stops accepting and gives
     /// in-flight requests up to `grace` to finish.
     pub async fn run(self, shutdown: impl Future<Output = ()>, grace: Duration) {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30));
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            // Small responses must not wait for Nagle and delayed ACKs.
-            let _ = stream.set_nodelay(true);
-            let handler = Arc::clone(&self.handler);
-            let service = hyper::service::service_fn(move |req| {
-                let handler = Arc::clone(&handler);
-                async move { Ok::<_, Infallible>(handler.handle(req, peer).await) }
-            });
-            let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!("connection from {peer} ended: {e}");
-                }
-            });
-        }
-        drop(self.listener);
-        if tokio::time::timeout(grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!("in-flight requests did not finish within {grace:?}");
-        }
+        let handler = self.handler;
+        let handle = move |req, peer| {
+            let handler = Arc::clone(&handler);
+            async move { handler.handle(req, peer).await }
+        };
+        serve_connections(self.listener, "s3", handle, shutdown, grace).await;
     }
 }
 
