@@ -68,7 +68,7 @@ DIST_DIR ?= $(CURDIR)/dist
 dist:
 	mkdir -p $(DIST_DIR) && rm -f $(DIST_DIR)/*.whl $(DIST_DIR)/*.tgz
 	cd clients/python && CARGO_TARGET_DIR=$(TARGET_DIR) maturin build --profile dist --out $(DIST_DIR)
-	$(CARGO) build --profile dist --bin stow-s3
+	CARGO_TARGET_DIR=$(TARGET_DIR) $(CARGO) build --profile dist --bin stow-s3
 	cd clients/typescript && (test -d node_modules || npm ci --no-audit --no-fund) && npm run build
 	node clients/typescript/scripts/pack.mjs --binary $(TARGET_DIR)/dist/stow-s3 --out $(DIST_DIR)
 	ls -l $(TARGET_DIR)/dist/stow-s3 $(DIST_DIR)
