@@ -10,8 +10,10 @@ use crate::format::{FileEntry, LinkEntry, ObjectEntry};
 use crate::registry::Registry;
 use crate::stored::load_manifest;
 
-/// One difference between two checkpoints.
+/// One difference between two checkpoints (also a delta document's file
+/// change, so unknown fields are refused when read).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Change {
     pub path: String,
     pub kind: Kind,
@@ -153,22 +155,24 @@ fn diff_files_by(
     out
 }
 
-/// One bucket difference of a portable diff.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// One bucket difference of a portable diff or delta: `added` or `deleted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BucketChange {
     pub bucket: String,
-    pub kind: &'static str,
+    pub kind: Kind,
 }
 
-/// One object difference of a portable diff.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// One object difference of a portable diff or delta.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ObjectChange {
     pub bucket: String,
     pub key: String,
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<ObjectEntry>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<ObjectEntry>,
 }
 
@@ -179,11 +183,11 @@ pub(crate) fn diff_buckets(a: &[String], b: &[String]) -> Vec<BucketChange> {
         .difference(&a)
         .map(|n| BucketChange {
             bucket: (*n).clone(),
-            kind: "added",
+            kind: Kind::Added,
         })
         .chain(a.difference(&b).map(|n| BucketChange {
             bucket: (*n).clone(),
-            kind: "deleted",
+            kind: Kind::Deleted,
         }))
         .collect();
     out.sort_by(|x, y| x.bucket.cmp(&y.bucket));
@@ -198,9 +202,9 @@ pub(crate) fn diff_objects(a: &[ObjectEntry], b: &[ObjectEntry]) -> Vec<ObjectCh
     let mut out = Vec::new();
     for k in keys {
         let (kind, from, to) = match (am.get(k), bm.get(k)) {
-            (None, Some(t)) => ("added", None, Some((*t).clone())),
-            (Some(f), None) => ("deleted", Some((*f).clone()), None),
-            (Some(f), Some(t)) if f != t => ("changed", Some((*f).clone()), Some((*t).clone())),
+            (None, Some(t)) => (Kind::Added, None, Some((*t).clone())),
+            (Some(f), None) => (Kind::Deleted, Some((*f).clone()), None),
+            (Some(f), Some(t)) if f != t => (Kind::Changed, Some((*f).clone()), Some((*t).clone())),
             _ => continue,
         };
         out.push(ObjectChange {

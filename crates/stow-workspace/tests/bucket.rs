@@ -5,7 +5,7 @@ use std::io::Read as _;
 use std::path::Path;
 
 use stow_checkpoint::bucket::{ViewQuota, WorkspaceBucket, RECOUNT_AFTER};
-use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec};
+use stow_checkpoint::{self as checkpoint, CaptureOptions, CaptureSpec, Kind};
 use stow_store::{ObjectBackend, ObjectProps, PutOptions};
 use stow_workspace::open::serve_workspace;
 use stow_workspace::restore::{restore, RestoreLimits};
@@ -103,9 +103,9 @@ fn bucket_view_and_portable_checkpoints() {
     let buckets = d.buckets.unwrap();
     assert_eq!(
         (buckets[0].bucket.as_str(), buckets[0].kind),
-        ("third", "added")
+        ("third", Kind::Added)
     );
-    let objs: Vec<(String, &str)> = d
+    let objs: Vec<(String, Kind)> = d
         .objects
         .unwrap()
         .into_iter()
@@ -115,8 +115,8 @@ fn bucket_view_and_portable_checkpoints() {
     assert_eq!(
         objs,
         vec![
-            ("x/y.txt".to_string(), "changed"),
-            ("odd:key".to_string(), "deleted")
+            ("x/y.txt".to_string(), Kind::Changed),
+            ("odd:key".to_string(), Kind::Deleted)
         ]
     );
 

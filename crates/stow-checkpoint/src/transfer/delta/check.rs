@@ -219,6 +219,7 @@ pub(super) fn check_document(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FileEntry;
 
     fn entry(path: &str, bytes: &[u8]) -> FileEntry {
         FileEntry {
@@ -239,7 +240,7 @@ mod tests {
             base_id: "cp_000000000000000000000001".into(),
             target_id: "cp_000000000000000000000002".into(),
             created: "2026-12-02T00:00:00Z".into(),
-            changes: vec![FileChange {
+            changes: vec![Change {
                 path: "a.txt".into(),
                 kind: Kind::Added,
                 from: None,

@@ -46,38 +46,15 @@ pub fn delta(
     if fs::symlink_metadata(&output).is_ok() {
         return Err(WsError::AlreadyExists(output.display().to_string()));
     }
-    let changes: Vec<FileChange> = diff_files_exact(&a.files, &b.files)
-        .into_iter()
-        .map(|c| FileChange {
-            path: c.path,
-            kind: c.kind,
-            from: c.from,
-            to: c.to,
-        })
-        .collect();
+    let changes = diff_files_exact(&a.files, &b.files);
     let portable = a.version == 2;
-    let bucket_changes: Vec<BucketChange> = if portable {
+    let bucket_changes = if portable {
         diff_buckets(&a.buckets, &b.buckets)
-            .into_iter()
-            .map(|c| BucketChange {
-                bucket: c.bucket,
-                kind: kind_of(c.kind),
-            })
-            .collect()
     } else {
         Vec::new()
     };
-    let object_changes: Vec<ObjectChange> = if portable {
+    let object_changes = if portable {
         diff_objects(&a.objects, &b.objects)
-            .into_iter()
-            .map(|c| ObjectChange {
-                bucket: c.bucket,
-                key: c.key,
-                kind: kind_of(c.kind),
-                from: c.from,
-                to: c.to,
-            })
-            .collect()
     } else {
         Vec::new()
     };

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::archive::ArchiveLimits;
-use crate::{DirectoryEntry, FileEntry, Kind, LinkChange, ObjectEntry};
+use crate::{BucketChange, Change, DirectoryEntry, LinkChange, ObjectChange};
 
 /// Most content bytes a delta carries (MaxDeltaBytes).
 pub const MAX_DELTA_BYTES: u64 = 16 << 20;
@@ -25,39 +25,6 @@ pub const MAX_DELTA_BYTES: u64 = 16 << 20;
 const MAX_CHANGES: usize = 100_000;
 /// Largest document `apply` reads: the content in base64 plus the listing.
 const MAX_DOCUMENT_BYTES: u64 = 2 * MAX_DELTA_BYTES + (1 << 20);
-
-/// One file change.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileChange {
-    pub path: String,
-    pub kind: Kind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<FileEntry>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<FileEntry>,
-}
-
-/// One bucket change (version 2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BucketChange {
-    pub bucket: String,
-    pub kind: Kind,
-}
-
-/// One object change (version 2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ObjectChange {
-    pub bucket: String,
-    pub key: String,
-    pub kind: Kind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<ObjectEntry>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<ObjectEntry>,
-}
 
 /// A delta document.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,7 +35,7 @@ pub struct DeltaDocument {
     pub base_id: String,
     pub target_id: String,
     pub created: String,
-    pub changes: Vec<FileChange>,
+    pub changes: Vec<Change>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bucket_changes: Vec<BucketChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,14 +91,6 @@ pub struct DeltaOptions {
     /// Bounds on content bytes and changes (0 = archive defaults); the
     /// content is also capped at [`MAX_DELTA_BYTES`].
     pub limits: ArchiveLimits,
-}
-
-fn kind_of(k: &str) -> Kind {
-    match k {
-        "added" => Kind::Added,
-        "deleted" => Kind::Deleted,
-        _ => Kind::Changed,
-    }
 }
 
 /// Options of `apply`.
