@@ -12,7 +12,7 @@ use stow_store::{
 };
 
 use super::files::{is_missing, sync_dir};
-use super::props::FileProps;
+use super::props::StampedProps;
 use super::{StoreResult, WorkspaceBucket};
 
 impl WorkspaceBucket {
@@ -62,7 +62,7 @@ impl WorkspaceBucket {
         let old_size = self.file_size(key)?;
         let charge = self.charge_joined_file(old_size)?;
         crate::fault::point("bucket-complete-joined");
-        let props = FileProps {
+        let props = StampedProps {
             etag: meta.etag,
             props: meta.props,
             checksum: meta.checksum,
@@ -137,7 +137,7 @@ impl ObjectBackend for WorkspaceBucket {
         }
         let condition = std::mem::take(&mut opts.condition);
         let received = self.receive_within_quota(key, body, opts)?;
-        let props = FileProps {
+        let props = StampedProps {
             etag: received.etag.clone(),
             props: received.props.clone(),
             checksum: received.checksum.clone(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use stow_store::{ObjectMeta, StoreError};
 
-use super::props::{FileProps, Stamp};
+use super::props::{Stamp, StampedProps};
 use super::{StoreResult, WorkspaceBucket};
 use crate::paths::check_checkpoint_path;
 
@@ -152,7 +152,7 @@ impl WorkspaceBucket {
     pub(super) fn install(
         &self,
         key: &str,
-        props: FileProps,
+        props: StampedProps,
         write: impl FnOnce(&Path, u32) -> StoreResult<()>,
     ) -> StoreResult<ObjectMeta> {
         let path = self.root.join(key);
@@ -258,7 +258,7 @@ mod tests {
 
     use stow_store::{ObjectBackend, PutOptions, StoreError};
 
-    use super::super::props::{FileProps, Stamp};
+    use super::super::props::{Stamp, StampedProps};
     use super::super::scratch_view;
     use super::AtPath;
 
@@ -333,9 +333,9 @@ mod tests {
             .store
             .receive(&mut &b"new bytes"[..], PutOptions::default())
             .unwrap();
-        let props = FileProps {
+        let props = StampedProps {
             etag: received.etag.clone(),
-            ..FileProps::default()
+            ..StampedProps::default()
         };
         let meta = view
             .install("d/f.txt", props, |p, mode| received.persist_as(p, mode))
@@ -360,7 +360,7 @@ mod tests {
         let (tmp, view) = scratch_view(None);
         let path = tmp.path().join("f.txt");
         fs::write(&path, b"old").unwrap();
-        let failed = view.install("f.txt", FileProps::default(), |_, _| {
+        let failed = view.install("f.txt", StampedProps::default(), |_, _| {
             Err(StoreError::Corrupt("refused".into()))
         });
         assert!(failed.is_err());
@@ -372,7 +372,7 @@ mod tests {
             .store
             .receive(&mut &b"x"[..], PutOptions::default())
             .unwrap();
-        view.install("a/b/c.txt", FileProps::default(), |p, mode| {
+        view.install("a/b/c.txt", StampedProps::default(), |p, mode| {
             assert_eq!(mode, 0o644, "a new file's mode");
             received.persist_as(p, mode)
         })

@@ -53,7 +53,7 @@ impl Stamp {
 
 /// Properties of one file-backed object, valid while its stamp holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct FileProps {
+pub(super) struct StampedProps {
     pub(super) etag: String,
     #[serde(default)]
     pub(super) props: ObjectProps,
@@ -93,7 +93,7 @@ impl PropsDb {
 
     /// The properties recorded for `key`, if they were recorded for the
     /// file version `stamp` (and still decode).
-    pub(super) fn load(&self, key: &str, stamp: Stamp) -> StoreResult<Option<FileProps>> {
+    pub(super) fn load(&self, key: &str, stamp: Stamp) -> StoreResult<Option<StampedProps>> {
         let row: Option<(String, String)> = self
             .db()
             .query_row(
@@ -108,7 +108,7 @@ impl PropsDb {
     }
 
     /// Records `props` for the file version `stamp` of `key`.
-    pub(super) fn save(&self, key: &str, stamp: Stamp, props: &FileProps) -> StoreResult<()> {
+    pub(super) fn save(&self, key: &str, stamp: Stamp, props: &StampedProps) -> StoreResult<()> {
         let json = serde_json::to_string(props)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
         self.db().execute(
@@ -153,7 +153,7 @@ pub(super) fn quoted_md5(file: &mut File) -> io::Result<String> {
 
 impl WorkspaceBucket {
     /// The object metadata of a file with properties `p`.
-    pub(super) fn meta_from(&self, key: &str, m: &fs::Metadata, p: FileProps) -> ObjectMeta {
+    pub(super) fn meta_from(&self, key: &str, m: &fs::Metadata, p: StampedProps) -> ObjectMeta {
         let stamp = Stamp::of(m);
         ObjectMeta {
             bucket: self.primary.clone(),
@@ -181,9 +181,9 @@ impl WorkspaceBucket {
         let props = match self.props.load(key, stamp)? {
             Some(p) => p,
             None => {
-                let p = FileProps {
+                let p = StampedProps {
                     etag: quoted_md5(file)?,
-                    ..FileProps::default()
+                    ..StampedProps::default()
                 };
                 // Hashing raced with a writer: report, but do not record.
                 if Stamp::of(&file.metadata()?) == stamp {
@@ -207,7 +207,7 @@ impl WorkspaceBucket {
             if Stamp::of(&m).encode() != stamp {
                 continue;
             }
-            if let Ok(p) = serde_json::from_str::<FileProps>(&props) {
+            if let Ok(p) = serde_json::from_str::<StampedProps>(&props) {
                 out.push((key, p.props));
             }
         }
@@ -222,10 +222,10 @@ impl WorkspaceBucket {
             return Err(WsError::NotFound(format!("restored file {key}")));
         };
         let etag = quoted_md5(&mut f).map_err(|e| store_err(e.into()))?;
-        let saved = FileProps {
+        let saved = StampedProps {
             etag,
             props,
-            ..FileProps::default()
+            ..StampedProps::default()
         };
         self.props
             .save(key, Stamp::of(&m), &saved)
@@ -240,10 +240,10 @@ mod tests {
     use stow_store::{ObjectBackend, ObjectProps, PartSummary};
 
     use super::super::scratch_view;
-    use super::{quoted_md5, FileProps, Stamp};
+    use super::{quoted_md5, Stamp, StampedProps};
 
-    fn props_of(etag: &str) -> FileProps {
-        FileProps {
+    fn props_of(etag: &str) -> StampedProps {
+        StampedProps {
             etag: etag.to_string(),
             props: ObjectProps {
                 content_type: Some("text/x-test".into()),
