@@ -362,7 +362,7 @@ fn through_service(registry: &Registry, req: &Request, timeout_nanos: u64) -> De
             return Delivery::Untaken;
         }
     };
-    let mut line = match serde_json::to_vec(&Envelope {
+    let mut line = match serde_json::to_vec(&RequestFrame {
         version: PROTOCOL_VERSION,
         request: req.clone(),
     }) {
@@ -387,7 +387,7 @@ fn through_service(registry: &Registry, req: &Request, timeout_nanos: u64) -> De
     }
     let mut answer = String::new();
     match BufReader::new(stream).read_line(&mut answer) {
-        Ok(n) if n > 0 => match serde_json::from_str::<ReplyEnvelope>(&answer) {
+        Ok(n) if n > 0 => match serde_json::from_str::<ReplyFrame>(&answer) {
             Ok(r) if r.version == PROTOCOL_VERSION => Delivery::Answered(Box::new(r.reply)),
             _ => Delivery::Lost,
         },
@@ -397,14 +397,14 @@ fn through_service(registry: &Registry, req: &Request, timeout_nanos: u64) -> De
 
 /// A request on the wire.
 #[derive(Serialize, Deserialize)]
-struct Envelope {
+struct RequestFrame {
     version: u32,
     request: Request,
 }
 
 /// A reply on the wire.
 #[derive(Serialize, Deserialize)]
-struct ReplyEnvelope {
+struct ReplyFrame {
     version: u32,
     reply: WatchReply,
 }

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{
-    socket_name, watch_dir, with_short_path, Envelope, ReplyEnvelope, Request, WatchReply,
+    socket_name, watch_dir, with_short_path, ReplyFrame, Request, RequestFrame, WatchReply,
     MAX_REQUEST_BYTES, PROTOCOL_VERSION,
 };
 use crate::error::{Result, WsError};
@@ -196,7 +196,7 @@ fn serve_one(shared: &Shared, stream: UnixStream) {
         // (it never sees an answer).
         return;
     }
-    let reply = match serde_json::from_str::<Envelope>(&line) {
+    let reply = match serde_json::from_str::<RequestFrame>(&line) {
         Ok(env) if env.version != PROTOCOL_VERSION => refused(format!(
             "watch protocol version {} is not {PROTOCOL_VERSION}",
             env.version
@@ -221,7 +221,7 @@ fn refused(message: String) -> WatchReply {
 }
 
 fn answer(mut stream: &UnixStream, reply: WatchReply) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(&ReplyEnvelope {
+    let mut line = serde_json::to_vec(&ReplyFrame {
         version: PROTOCOL_VERSION,
         reply,
     })
