@@ -11,6 +11,12 @@
 //! `store-reset-switched` (after the switch, before the old directory is
 //! swept) and `store-reset-sweeping` (the sweep has removed one shard);
 //! the checkpoint engine names its points at their call sites.
+//!
+//! A *skip point* ([`skipped`]) is the opposite: it leaves out one step
+//! (an fsync) when [`VAR`] names it, so the power-loss harness
+//! (`tools/powerloss`, `tests/powerloss`) can show that it notices the
+//! step missing. The store's is `store-skip-stage-dir-fsync` (the fsync of
+//! `tmp/` after a large body is staged there).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -23,25 +29,8 @@ pub const VAR: &str = "STOW_TEST_FAULT";
 /// MS milliseconds there instead of dying (a window for a concurrent
 /// writer).
 pub fn point(name: &str) {
-    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     static VISITS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| {
-        let v = std::env::var(VAR).ok().filter(|v| !v.is_empty())?;
-        let (v, sleep_ms) = match v.rsplit_once('@') {
-            Some((p, ms)) => (p.to_string(), ms.parse().ok()),
-            None => (v, None),
-        };
-        let (point, nth) = match v.rsplit_once('#') {
-            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
-            None => (v, 1),
-        };
-        Some(Armed {
-            point,
-            nth,
-            sleep_ms,
-        })
-    });
-    let Some(armed) = armed else {
+    let Some(armed) = armed() else {
         return;
     };
     if armed.point != name || VISITS.fetch_add(1, Ordering::SeqCst) + 1 < armed.nth {
@@ -59,6 +48,36 @@ pub fn point(name: &str) {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
     std::process::abort();
+}
+
+/// Whether the test-only skip point `name` is armed: [`VAR`] names it
+/// (every visit skips). For tests of the power-loss harness only: a caller
+/// leaves out one fsync when this says so, to show the harness fails.
+pub fn skipped(name: &str) -> bool {
+    armed().is_some_and(|a| a.point == name)
+}
+
+/// The point [`VAR`] names, read once per process.
+fn armed() -> Option<&'static Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let v = std::env::var(VAR).ok().filter(|v| !v.is_empty())?;
+            let (v, sleep_ms) = match v.rsplit_once('@') {
+                Some((p, ms)) => (p.to_string(), ms.parse().ok()),
+                None => (v, None),
+            };
+            let (point, nth) = match v.rsplit_once('#') {
+                Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+                None => (v, 1),
+            };
+            Some(Armed {
+                point,
+                nth,
+                sleep_ms,
+            })
+        })
+        .as_ref()
 }
 
 /// A fault point armed by [`VAR`].
