@@ -110,7 +110,7 @@ def test_round_trip_between_registries(stow_bin, workdir, service):
     assert doc["manifest"]["id"] == cp and doc["manifest"]["workspace_id"] == wsid
     assert sorted(f["path"] for f in doc["manifest"]["files"]) == sorted(source)
 
-    listed = remote_ok(stow_bin, "ls", "origin", *regA, env=env)
+    listed = remote_ok(stow_bin, "checkpoints", "origin", *regA, env=env)
     assert listed["remote_url"] == url
     [row] = listed["checkpoints"]
     assert (row["checkpoint_id"], row["workspace_id"]) == (cp, wsid)

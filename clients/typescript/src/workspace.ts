@@ -557,7 +557,7 @@ export interface RemoteTrafficOptions extends RegistryOptions {
 }
 
 /**
- * `remote-list --remote` (as `remote ls NAME`): the checkpoints a remote holds.
+ * `remote-list --remote` (as `remote checkpoints NAME`): the checkpoints a remote holds.
  * `listRemoteCheckpoints(remote, options)` or `listRemoteCheckpoints({remote, …})`.
  */
 export function listRemoteCheckpoints(remote: string, options?: RemoteTrafficOptions): Promise<WorkspaceJSON>;

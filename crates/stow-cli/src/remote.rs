@@ -46,8 +46,10 @@ pub enum RemoteCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// List the checkpoints a remote holds (as `workspace remote-list`).
-    Ls {
+    /// List the checkpoints a remote holds (as `workspace remote-list`;
+    /// `ls` is kept as an alias). `remote list` lists the remotes.
+    #[command(alias = "ls")]
+    Checkpoints {
         name: String,
         /// Overall deadline (e.g. 90s, 10m; default 30m).
         #[arg(long)]
@@ -157,7 +159,7 @@ pub fn run(cmd: RemoteCommand) -> Result<serde_json::Value, CliError> {
         RemoteCommand::Remove { name, registry } => {
             json(remote::remove_remote(&registry.open()?, &name)?)
         }
-        RemoteCommand::Ls {
+        RemoteCommand::Checkpoints {
             name,
             timeout,
             registry,

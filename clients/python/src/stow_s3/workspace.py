@@ -477,7 +477,7 @@ def list_remote_checkpoints(
     team: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkspaceJSON:
-    """``remote-list --remote`` (as ``remote ls NAME``): the checkpoints a remote holds."""
+    """``remote-list --remote`` (as ``remote checkpoints NAME``): the checkpoints a remote holds."""
     args = _Args("remote-list").opt("--remote", remote).opt("--timeout", _duration(timeout))
     return args.registry(registry_dir, team).run(env)
 
