@@ -9,6 +9,31 @@ pub fn to_s3(e: StoreError) -> S3Error {
     let code = match &e {
         E::NoSuchBucket { .. } => S3ErrorCode::NoSuchBucket,
         E::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
+        // The latest version is a delete marker: 404 NoSuchKey, saying so.
+        E::KeyDeleted { version_id, .. } => {
+            let headers = marker_headers(version_id);
+            let mut err = S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string());
+            err.set_headers(headers);
+            return err;
+        }
+        // A delete marker named by its ID has nothing to read: 405.
+        E::DeleteMarkerVersion { version_id, .. } => {
+            let headers = marker_headers(version_id);
+            let mut err = S3Error::with_message(
+                S3ErrorCode::MethodNotAllowed,
+                "The specified method is not allowed against this resource.",
+            );
+            err.set_headers(headers);
+            return err;
+        }
+        E::NoSuchVersion { .. } => S3ErrorCode::NoSuchVersion,
+        E::InvalidVersionId { .. } => {
+            return S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "Invalid version id specified",
+            )
+        }
+        E::NotImplemented { .. } => S3ErrorCode::NotImplemented,
         E::BucketNotEmpty { .. } => S3ErrorCode::BucketNotEmpty,
         E::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
         E::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
@@ -72,6 +97,25 @@ pub fn to_s3(e: StoreError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
+/// The headers of an answer about a delete marker: `x-amz-delete-marker:
+/// true` and its version ID (`s3s` replaces an error's headers with these,
+/// so the XML content type is among them).
+fn marker_headers(version_id: &str) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    headers.insert(
+        "x-amz-delete-marker",
+        http::HeaderValue::from_static("true"),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(version_id) {
+        headers.insert("x-amz-version-id", v);
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +149,45 @@ mod tests {
                 },
                 C::NoSuchKey,
                 StatusCode::NOT_FOUND,
+            ),
+            (
+                E::KeyDeleted {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    version_id: "v".into(),
+                },
+                C::NoSuchKey,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                E::NoSuchVersion {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    version_id: "v".into(),
+                },
+                C::NoSuchVersion,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                E::DeleteMarkerVersion {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    version_id: "v".into(),
+                },
+                C::MethodNotAllowed,
+                StatusCode::METHOD_NOT_ALLOWED,
+            ),
+            (
+                E::InvalidVersionId {
+                    version_id: "x".into(),
+                },
+                C::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::NotImplemented { reason: "r".into() },
+                C::NotImplemented,
+                StatusCode::NOT_IMPLEMENTED,
             ),
             (
                 E::BucketNotEmpty { bucket: "b".into() },
@@ -291,6 +374,36 @@ mod tests {
             assert!(!message.is_empty(), "{shown}");
             assert!(!message.contains("/secret"), "{shown}: {message}");
         }
+    }
+
+    /// A delete marker answers with `x-amz-delete-marker` and its ID, and
+    /// keeps the XML content type.
+    #[test]
+    fn delete_markers_say_so_in_headers() {
+        for e in [
+            StoreError::KeyDeleted {
+                bucket: "b".into(),
+                key: "k".into(),
+                version_id: "0123".into(),
+            },
+            StoreError::DeleteMarkerVersion {
+                bucket: "b".into(),
+                key: "k".into(),
+                version_id: "0123".into(),
+            },
+        ] {
+            let s3 = to_s3(e);
+            let h = s3.headers().expect("headers");
+            assert_eq!(h["x-amz-delete-marker"], "true");
+            assert_eq!(h["x-amz-version-id"], "0123");
+            assert_eq!(h[http::header::CONTENT_TYPE], "application/xml");
+        }
+        assert!(to_s3(StoreError::NoSuchKey {
+            bucket: "b".into(),
+            key: "k".into()
+        })
+        .headers()
+        .is_none());
     }
 
     #[test]

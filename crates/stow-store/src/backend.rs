@@ -101,6 +101,99 @@ pub trait ObjectBackend: Send + Sync + 'static {
     }
     /// Lists a bucket in key byte order.
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage>;
+    /// A bucket's versioning state (always unversioned where no versions
+    /// are kept).
+    fn bucket_versioning(&self, bucket: &str) -> Result<Versioning> {
+        self.head_bucket(bucket).map(|_| Versioning::Unversioned)
+    }
+    /// Enables or suspends versioning. Backends that keep no versions
+    /// refuse with `not_implemented`.
+    fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
+        self.head_bucket(bucket)?;
+        Err(crate::StoreError::NotImplemented {
+            reason: format!(
+                "{} keeps no object versions; versioning cannot be {state:?}",
+                self.backend_name()
+            ),
+        })
+    }
+    /// Describes a version of an object (`None`: the latest; `"null"`: the
+    /// null version). Without versions, only the null version exists.
+    fn head_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<ObjectMeta> {
+        only_null(bucket, key, version)?;
+        self.head_object(bucket, key)
+    }
+    /// Opens a version of an object, whole, one range or one part.
+    fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        range: Option<ByteRange>,
+        part: Option<u32>,
+    ) -> Result<ObjectRead> {
+        only_null(bucket, key, version)?;
+        match part {
+            Some(n) => self.get_object_part(bucket, key, n),
+            None => self.get_object(bucket, key, range),
+        }
+    }
+    /// Deletes the latest version (`None`) or one version for good.
+    fn delete_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<Deleted> {
+        if version.is_some() && self.head_object_version(bucket, key, version).is_err() {
+            // Absent, or not a version we have: nothing to delete.
+            self.head_bucket(bucket)?;
+            return Ok(Deleted::default());
+        }
+        self.delete_object(bucket, key).map(|existed| Deleted {
+            existed,
+            ..Deleted::default()
+        })
+    }
+    /// Lists every version of a bucket's objects; without versions, each
+    /// object is its one (null) version.
+    fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        let page = self.list_objects(
+            bucket,
+            &ListQuery {
+                prefix: q.prefix.clone(),
+                delimiter: q.delimiter.clone(),
+                start_after: q.key_marker.clone(),
+                max_keys: q.max_keys,
+            },
+        )?;
+        let versions: Vec<VersionEntry> = page
+            .objects
+            .into_iter()
+            .map(|o| VersionEntry {
+                key: o.key,
+                version_id: "null".into(),
+                is_latest: true,
+                delete_marker: false,
+                size: o.size,
+                etag: o.etag,
+                last_modified_ns: o.last_modified_ns,
+            })
+            .collect();
+        let last_is_version = versions.last().map(|v| v.key.clone()) == page.next_marker;
+        Ok(VersionPage {
+            next_version_id_marker: (page.is_truncated && last_is_version).then(|| "null".into()),
+            next_key_marker: page.next_marker,
+            versions,
+            common_prefixes: page.common_prefixes,
+            is_truncated: page.is_truncated,
+        })
+    }
     /// Starts a multipart upload.
     fn create_upload(
         &self,
@@ -160,6 +253,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
         condition: WriteCondition,
         expected: Option<(crate::ChecksumAlgorithm, String)>,
     ) -> Result<ObjectMeta>;
+}
+
+/// Refuses a version other than the null one on a backend that keeps no
+/// versions: `no_such_version`.
+fn only_null(bucket: &str, key: &str, version: Option<&str>) -> Result<()> {
+    match version {
+        None | Some("null") => Ok(()),
+        Some(v) => Err(crate::StoreError::NoSuchVersion {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version_id: v.to_string(),
+        }),
+    }
 }
 
 /// Refuses a canned ACL other than `private` on a backend that keeps none.
@@ -250,6 +356,41 @@ impl ObjectBackend for Store {
     }
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
         Store::list_objects(self, bucket, query)
+    }
+    fn bucket_versioning(&self, bucket: &str) -> Result<Versioning> {
+        Store::bucket_versioning(self, bucket)
+    }
+    fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
+        Store::set_bucket_versioning(self, bucket, state)
+    }
+    fn head_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<ObjectMeta> {
+        Store::head_object_version(self, bucket, key, version)
+    }
+    fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        range: Option<ByteRange>,
+        part: Option<u32>,
+    ) -> Result<ObjectRead> {
+        Store::get_object_version(self, bucket, key, version, range, part)
+    }
+    fn delete_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<Deleted> {
+        Store::delete_object_version(self, bucket, key, version)
+    }
+    fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        Store::list_object_versions(self, bucket, q)
     }
     fn create_upload(
         &self,

@@ -119,6 +119,8 @@ pub(crate) fn replay(
         props: serde_json::from_str(&props)
             .map_err(|e| StoreError::Corrupt(format!("malformed object properties: {e}")))?,
         extents: Vec::new(),
+        vid: None,
+        seq: 0,
     };
     Ok(Some(rec.meta(bucket_name, key)))
 }

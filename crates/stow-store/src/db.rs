@@ -38,14 +38,22 @@ CREATE TABLE IF NOT EXISTS usage (
 INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
-    acl TEXT);
+    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
     bucket INTEGER NOT NULL, key BLOB NOT NULL, size INTEGER NOT NULL,
     etag TEXT NOT NULL, modified_ns INTEGER NOT NULL, generation BLOB NOT NULL,
     props TEXT NOT NULL, extents BLOB NOT NULL,
+    vid TEXT, seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (bucket, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS versions (
+    bucket INTEGER NOT NULL, key BLOB NOT NULL, seq INTEGER NOT NULL, vid TEXT,
+    marker INTEGER NOT NULL, size INTEGER NOT NULL, etag TEXT NOT NULL,
+    modified_ns INTEGER NOT NULL, generation BLOB NOT NULL, props TEXT NOT NULL,
+    extents BLOB NOT NULL,
+    PRIMARY KEY (bucket, key, seq DESC)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS versions_null ON versions (bucket, key) WHERE vid IS NULL;
 CREATE TABLE IF NOT EXISTS uploads (
     id TEXT PRIMARY KEY, bucket INTEGER NOT NULL, key BLOB NOT NULL,
     initiated_ns INTEGER NOT NULL, props TEXT NOT NULL) WITHOUT ROWID;
@@ -68,26 +76,45 @@ COMMIT;
 ";
 
 /// The schema version [`migrate`] brings a database to (`PRAGMA
-/// user_version`): 1 added `buckets.acl` (NULL = private).
-const SCHEMA_VERSION: i64 = 1;
+/// user_version`): 1 added `buckets.acl` (NULL = private); 2 added
+/// versioning: `buckets.versioning` (0 unversioned, 1 enabled, 2
+/// suspended), `objects.vid` and `objects.seq` (the current version's ID,
+/// NULL = the null version, and its place among the key's versions) and
+/// the `versions` table (every other version and every delete marker).
+const SCHEMA_VERSION: i64 = 2;
+
+/// Columns a version of the schema added to a table that existed before
+/// it: `(table, column, definition)`.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("buckets", "acl", "TEXT"),
+    ("buckets", "versioning", "INTEGER NOT NULL DEFAULT 0"),
+    ("objects", "vid", "TEXT"),
+    ("objects", "seq", "INTEGER NOT NULL DEFAULT 0"),
+];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
-/// one transaction; a database already there costs one read.
+/// one transaction; a database already there costs one read. New tables
+/// come from [`SCHEMA`] (`IF NOT EXISTS`); columns added to old tables are
+/// added here, each only when missing (a fresh table was created with it).
+/// Every added column reads as the old behaviour: private, unversioned,
+/// the null version.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {
         return Ok(());
     }
     let tx = conn.unchecked_transaction()?;
-    // A store from before version 1 has buckets without an ACL column (a
-    // fresh one was created with it).
-    let has_acl: bool = tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('buckets') WHERE name = 'acl')",
-        [],
-        |r| r.get(0),
-    )?;
-    if !has_acl {
-        tx.execute_batch("ALTER TABLE buckets ADD COLUMN acl TEXT")?;
+    for (table, column, definition) in ADDED_COLUMNS {
+        let has: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
+            [table, column],
+            |r| r.get(0),
+        )?;
+        if !has {
+            tx.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+            ))?;
+        }
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;

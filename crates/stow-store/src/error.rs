@@ -38,6 +38,38 @@ pub enum StoreError {
     NoSuchBucket { bucket: String },
     #[error("object {key:?} does not exist in bucket {bucket}")]
     NoSuchKey { bucket: String, key: String },
+    /// The key's latest version is a delete marker (S3 answers 404 with
+    /// `x-amz-delete-marker: true` and the marker's version ID).
+    #[error(
+        "object {key:?} does not exist in bucket {bucket}: its latest version is a delete marker"
+    )]
+    KeyDeleted {
+        bucket: String,
+        key: String,
+        version_id: String,
+    },
+    /// No version with this ID exists for the key.
+    #[error("version {version_id} of object {key:?} does not exist in bucket {bucket}")]
+    NoSuchVersion {
+        bucket: String,
+        key: String,
+        version_id: String,
+    },
+    /// The version named is a delete marker, which has no data to read
+    /// (S3 answers 405).
+    #[error("version {version_id} of object {key:?} in bucket {bucket} is a delete marker")]
+    DeleteMarkerVersion {
+        bucket: String,
+        key: String,
+        version_id: String,
+    },
+    /// A version ID that no version of ours can have.
+    #[error("invalid version id {version_id:?}")]
+    InvalidVersionId { version_id: String },
+    /// The backend does not offer this operation (a workspace's bucket view
+    /// keeps no versions).
+    #[error("not implemented: {reason}")]
+    NotImplemented { reason: String },
     #[error("bucket {bucket} is not empty")]
     BucketNotEmpty { bucket: String },
     /// A conditional write (If-None-Match / If-Match) did not hold.
@@ -111,7 +143,11 @@ impl StoreError {
             MetadataTooLarge { .. } => "metadata_too_large",
             InvalidArgument { .. } => "invalid_argument",
             NoSuchBucket { .. } => "no_such_bucket",
-            NoSuchKey { .. } => "no_such_key",
+            NoSuchKey { .. } | KeyDeleted { .. } => "no_such_key",
+            NoSuchVersion { .. } => "no_such_version",
+            DeleteMarkerVersion { .. } => "delete_marker",
+            InvalidVersionId { .. } => "invalid_version_id",
+            NotImplemented { .. } => "not_implemented",
             BucketNotEmpty { .. } => "bucket_not_empty",
             PreconditionFailed { .. } => "precondition_failed",
             Conflict => "conflict",

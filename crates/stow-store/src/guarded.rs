@@ -210,6 +210,8 @@ impl Store {
                 blob: staged.id,
                 size: staged.digests.size,
             }],
+            vid: None,
+            seq: 0,
         };
         let inline = staged.inline.clone();
         let opts = self.inner.opts.clone();
@@ -233,8 +235,8 @@ impl Store {
                     });
                 }
             }
-            let b = record::bucket_id(conn, &req.bucket)?;
-            let old = record::load_record(conn, b, &req.key)?;
+            let b = crate::versions::bucket(conn, &req.bucket)?;
+            let old = record::load_record(conn, b.id, &req.key)?;
             if let SaveGuard::Observed(c) = &req.guard {
                 let holds = match (&c.state, &old) {
                     (Observed::Absent, None) => true,
@@ -245,22 +247,12 @@ impl Store {
                     return Err(StoreError::Conflict);
                 }
             }
-            let old_size = old.as_ref().map_or(0, |o| o.size as i64);
-            record::charge(
-                conn,
-                &quota,
-                rec.size as i64 - old_size,
-                i64::from(old.is_none()),
-            )?;
             let mut rec = rec;
             rec.modified_ns = record::now_ns();
             rec.generation = record::new_generation();
             record::insert_blob(conn, fx, rec.extents[0].blob, rec.size, inline.as_deref())?;
-            record::store_record(conn, b, &req.key, &rec)?;
-            if let Some(old) = old {
-                record::release(conn, fx, &old.extents)?;
-            }
-            let object = rec.meta(&req.bucket, &req.key);
+            crate::versions::install(conn, fx, &quota, b, &req.key, old, &mut rec)?;
+            let object = crate::versions::meta_in(&rec, b, &req.bucket, &req.key);
             if let (Some(rk), Some(meaning)) = (&req.request_key, &meaning) {
                 write_receipt(conn, &opts, rk, &req.bucket, &req.key, meaning, &object)?;
             }

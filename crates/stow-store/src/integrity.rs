@@ -25,20 +25,26 @@ impl Store {
             let mut refs: HashMap<i64, i64> = HashMap::new();
             let mut object_bytes = 0i64;
             let mut objects = 0i64;
-            let mut st = conn.prepare("SELECT size, extents FROM objects")?;
+            // Every version counts: current rows, noncurrent versions, and
+            // delete markers (no bytes, not an object).
+            let mut st = conn.prepare(
+                "SELECT size, extents, 0 FROM objects
+                 UNION ALL SELECT size, extents, marker FROM versions",
+            )?;
             let mut q = st.query([])?;
             let mut bad_sizes = 0;
             while let Some(r) = q.next()? {
                 let size: i64 = r.get(0)?;
                 let ext = decode_extents(&r.get::<_, Vec<u8>>(1)?)?;
-                if ext.iter().map(|e| e.size as i64).sum::<i64>() != size {
+                let marker: bool = r.get(2)?;
+                if ext.iter().map(|e| e.size as i64).sum::<i64>() != size || (marker && size != 0) {
                     bad_sizes += 1;
                 }
                 for e in ext {
                     *refs.entry(e.blob.0).or_default() += 1;
                 }
                 object_bytes += size;
-                objects += 1;
+                objects += i64::from(!marker);
             }
             let mut st = conn.prepare("SELECT blob, size FROM parts")?;
             let mut q = st.query([])?;

@@ -35,6 +35,8 @@ mod reserve;
 mod reset;
 mod store;
 pub mod validate;
+mod versioned;
+mod versions;
 
 pub use backend::ObjectBackend;
 pub use blobs::sync_dir;

@@ -106,6 +106,10 @@ pub struct ObjectMeta {
     pub last_modified_ns: i64,
     /// Generation: 32 hex chars, new on every write (even same bytes).
     pub version: String,
+    /// The S3 version ID: `None` in a bucket that never had versioning,
+    /// `"null"` for the null version, else the ID of this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
     #[serde(flatten)]
     pub props: ObjectProps,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +170,9 @@ pub struct CopyOptions {
     /// The copy's canned ACL: never the source's (as in S3), private unless
     /// the request names one.
     pub acl: CannedAcl,
+    /// The source's version to copy (`"null"` for the null version);
+    /// `None` copies the latest.
+    pub source_version: Option<String>,
 }
 
 /// HTTP-style conditions on a read (or a copy source).
@@ -361,4 +368,94 @@ pub struct Receipt {
     /// Object metadata at commit.
     pub object: ObjectMeta,
     pub created_ns: i64,
+}
+
+/// A bucket's versioning state, as S3 has it: never enabled, enabled, or
+/// suspended (a bucket once enabled is never unversioned again).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Versioning {
+    /// Never enabled: a write replaces the object, a delete removes it.
+    #[default]
+    Unversioned,
+    /// Every write adds a version with its own ID; a delete without a
+    /// version ID adds a delete marker.
+    Enabled,
+    /// Writes and deletes without a version ID replace the `null` version;
+    /// other versions stay.
+    Suspended,
+}
+
+impl Versioning {
+    /// The column value in `buckets.versioning`.
+    pub(crate) fn column(self) -> i64 {
+        match self {
+            Self::Unversioned => 0,
+            Self::Enabled => 1,
+            Self::Suspended => 2,
+        }
+    }
+
+    /// The state a column value stands for, `None` if it is unknown.
+    pub(crate) fn from_column(v: i64) -> Option<Self> {
+        match v {
+            0 => Some(Self::Unversioned),
+            1 => Some(Self::Enabled),
+            2 => Some(Self::Suspended),
+            _ => None,
+        }
+    }
+}
+
+/// What a delete did (S3's `x-amz-delete-marker`, `x-amz-version-id`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Deleted {
+    /// The version the delete created (a delete marker) or removed; `None`
+    /// in a bucket that never had versioning.
+    pub version_id: Option<String>,
+    /// The delete created a delete marker, or removed one.
+    pub delete_marker: bool,
+    /// Something was there to delete (a plain delete in a versioned bucket
+    /// always adds a marker, so it is always true there).
+    pub existed: bool,
+}
+
+/// A ListObjectVersions request.
+#[derive(Debug, Clone, Default)]
+pub struct VersionQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Start after this key (after all its versions unless
+    /// `version_id_marker` names one of them).
+    pub key_marker: Option<String>,
+    /// Start after this version of `key_marker` (`"null"` for the null
+    /// version); needs `key_marker`.
+    pub version_id_marker: Option<String>,
+    /// At most this many versions, delete markers and common prefixes.
+    pub max_keys: usize,
+}
+
+/// One version (or delete marker) in a ListObjectVersions page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VersionEntry {
+    pub key: String,
+    /// `"null"` for the null version.
+    pub version_id: String,
+    pub is_latest: bool,
+    pub delete_marker: bool,
+    pub size: u64,
+    /// Empty for a delete marker.
+    pub etag: String,
+    pub last_modified_ns: i64,
+}
+
+/// One page of ListObjectVersions: keys in byte order, each key's
+/// versions newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VersionPage {
+    pub versions: Vec<VersionEntry>,
+    pub common_prefixes: Vec<String>,
+    pub is_truncated: bool,
+    pub next_key_marker: Option<String>,
+    pub next_version_id_marker: Option<String>,
 }

@@ -392,7 +392,8 @@ impl Store {
         let listed = listed.to_vec();
         let quota = self.inner.quota();
         self.inner.db.write(move |conn, fx| {
-            let b = record::bucket_id(conn, &bucket)?;
+            let vb = crate::versions::bucket(conn, &bucket)?;
+            let b = vb.id;
             let up = match load_upload(conn, b, &key, &upload_id) {
                 // A concurrent completion (or a retry) got here first.
                 Err(StoreError::NoSuchUpload { upload_id }) => {
@@ -406,20 +407,13 @@ impl Store {
             let old = record::load_record(conn, b, &key)?;
             check_write_condition(&condition, old.as_ref(), &bucket, &key)?;
 
-            let rec = completed_record(up, &chosen, full.as_ref(), expected.as_ref())?;
+            let mut rec = completed_record(up, &chosen, full.as_ref(), expected.as_ref())?;
             // The chosen parts' blobs move to the object; the rest are dropped.
             let unlisted: Vec<&PartRow> = parts
                 .iter()
                 .filter(|p| !chosen.iter().any(|c| c.number == p.number))
                 .collect();
             let all_parts: u64 = parts.iter().map(|p| p.size).sum();
-            let old_size = old.as_ref().map_or(0, |o| o.size);
-            record::charge(
-                conn,
-                &quota,
-                rec.size as i64 - all_parts as i64 - old_size as i64,
-                i64::from(old.is_none()),
-            )?;
             let unlisted_extents: Vec<Extent> = unlisted
                 .iter()
                 .map(|p| Extent {
@@ -430,12 +424,12 @@ impl Store {
             record::release(conn, fx, &unlisted_extents)?;
             conn.execute("DELETE FROM parts WHERE upload = ?1", [&upload_id])?;
             conn.execute("DELETE FROM uploads WHERE id = ?1", [&upload_id])?;
-            record::store_record(conn, b, &key, &rec)?;
+            // The parts' bytes leave usage as parts and come back as the
+            // object's.
+            record::charge(conn, &quota, -(all_parts as i64), 0)?;
+            crate::versions::install(conn, fx, &quota, vb, &key, old, &mut rec)?;
             completed::remember(conn, b, &key, &upload_id, &listed, &rec)?;
-            if let Some(old) = old {
-                record::release(conn, fx, &old.extents)?;
-            }
-            Ok(rec.meta(&bucket, &key))
+            Ok(crate::versions::meta_in(&rec, vb, &bucket, &key))
         })
     }
 
@@ -699,6 +693,8 @@ pub(crate) fn completed_record(
                 size: p.size,
             })
             .collect(),
+        vid: None,
+        seq: 0,
     };
     Ok(rec)
 }

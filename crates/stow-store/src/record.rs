@@ -40,6 +40,11 @@ pub(crate) struct Record {
     pub generation: [u8; 16],
     pub props: StoredProps,
     pub extents: Vec<Extent>,
+    /// The version ID; `None` for the null version.
+    pub vid: Option<String>,
+    /// The version's place among its key's versions (newest highest; 0
+    /// in a bucket that never had versioning).
+    pub seq: i64,
 }
 
 impl Record {
@@ -51,6 +56,7 @@ impl Record {
             etag: self.etag.clone(),
             last_modified_ns: self.modified_ns,
             version: crate::hex(&self.generation),
+            version_id: self.vid.clone(),
             props: self.props.props.clone(),
             checksum: self.props.checksum.clone(),
             parts: self.props.parts.clone(),
@@ -110,34 +116,58 @@ pub(crate) fn bucket_id(conn: &Connection, name: &str) -> Result<i64> {
 pub(crate) fn load_record(conn: &Connection, bucket: i64, key: &str) -> Result<Option<Record>> {
     let row = conn
         .prepare_cached(
-            "SELECT size, etag, modified_ns, generation, props, extents
+            "SELECT size, etag, modified_ns, generation, props, extents, vid, seq
              FROM objects WHERE bucket = ?1 AND key = ?2",
         )?
-        .query_row(params![bucket, key.as_bytes()], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, Vec<u8>>(5)?,
-            ))
-        })
+        .query_row(params![bucket, key.as_bytes()], RawRecord::of)
         .optional()?;
-    let Some((size, etag, modified_ns, generation, props, extents)) = row else {
-        return Ok(None);
-    };
-    Ok(Some(Record {
-        size: size as u64,
-        etag,
-        modified_ns,
-        generation: generation
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("malformed generation".into()))?,
-        props: serde_json::from_str(&props)
-            .map_err(|e| StoreError::Corrupt(format!("malformed object properties: {e}")))?,
-        extents: decode_extents(&extents)?,
-    }))
+    row.map(RawRecord::decode).transpose()
+}
+
+/// A record's columns as read (`size, etag, modified_ns, generation,
+/// props, extents, vid, seq`, in that order), before decoding.
+pub(crate) struct RawRecord {
+    size: i64,
+    etag: String,
+    modified_ns: i64,
+    generation: Vec<u8>,
+    props: String,
+    extents: Vec<u8>,
+    vid: Option<String>,
+    seq: i64,
+}
+
+impl RawRecord {
+    /// Reads the eight record columns from the start of a row.
+    pub(crate) fn of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(RawRecord {
+            size: r.get(0)?,
+            etag: r.get(1)?,
+            modified_ns: r.get(2)?,
+            generation: r.get(3)?,
+            props: r.get(4)?,
+            extents: r.get(5)?,
+            vid: r.get(6)?,
+            seq: r.get(7)?,
+        })
+    }
+
+    pub(crate) fn decode(self) -> Result<Record> {
+        Ok(Record {
+            size: self.size as u64,
+            etag: self.etag,
+            modified_ns: self.modified_ns,
+            generation: self
+                .generation
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("malformed generation".into()))?,
+            props: serde_json::from_str(&self.props)
+                .map_err(|e| StoreError::Corrupt(format!("malformed object properties: {e}")))?,
+            extents: decode_extents(&self.extents)?,
+            vid: self.vid,
+            seq: self.seq,
+        })
+    }
 }
 
 pub(crate) fn store_record(conn: &Connection, bucket: i64, key: &str, rec: &Record) -> Result<()> {
@@ -145,8 +175,8 @@ pub(crate) fn store_record(conn: &Connection, bucket: i64, key: &str, rec: &Reco
         .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO objects
-         (bucket, key, size, etag, modified_ns, generation, props, extents)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         (bucket, key, size, etag, modified_ns, generation, props, extents, vid, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         bucket,
@@ -157,6 +187,8 @@ pub(crate) fn store_record(conn: &Connection, bucket: i64, key: &str, rec: &Reco
         &rec.generation[..],
         props,
         encode_extents(&rec.extents),
+        rec.vid,
+        rec.seq,
     ])?;
     Ok(())
 }

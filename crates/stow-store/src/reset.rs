@@ -80,7 +80,7 @@ impl Store {
                 |r| r.get(0),
             )?;
             conn.execute_batch(
-                "DELETE FROM objects; DELETE FROM parts; DELETE FROM uploads;
+                "DELETE FROM objects; DELETE FROM versions; DELETE FROM parts; DELETE FROM uploads;
                  DELETE FROM completed_uploads; DELETE FROM receipts;
                  DELETE FROM blobs; DELETE FROM dead_blobs; DELETE FROM buckets;
                  UPDATE usage SET bytes = 0, objects = 0, receipts = 0, receipt_bytes = 0;",

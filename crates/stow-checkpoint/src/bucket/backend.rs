@@ -261,6 +261,14 @@ impl ObjectBackend for WorkspaceBucket {
         dst_key: &str,
         opts: CopyOptions,
     ) -> StoreResult<ObjectMeta> {
+        if let Some(v) = opts.source_version.as_deref().filter(|v| *v != "null") {
+            // The view keeps no versions: only the null one exists.
+            return Err(StoreError::NoSuchVersion {
+                bucket: src_bucket.to_string(),
+                key: src_key.to_string(),
+                version_id: v.to_string(),
+            });
+        }
         let _g = self.s3_write();
         let src_is_file =
             self.file_key(src_bucket, src_key) && self.regular_file(src_key)?.is_some();

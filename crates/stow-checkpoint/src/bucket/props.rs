@@ -162,6 +162,7 @@ impl WorkspaceBucket {
             etag: p.etag,
             last_modified_ns: stamp.mtime_ns,
             version: String::new(),
+            version_id: None,
             props: p.props,
             checksum: p.checksum,
             parts: p.parts,

@@ -199,6 +199,7 @@ pub(super) async fn copy_object(
             input.copy_source_if_unmodified_since,
         ),
         acl,
+        source_version: None,
     };
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
