@@ -209,22 +209,13 @@ impl Plan {
             .ok_or_else(|| WsError::InvalidManifest("manifest has no directory".into()))?
             .to_path_buf();
         let m = manifest;
-        let max_bytes = nonneg(m.max_bytes)?;
-        let max_objects = nonneg(m.max_objects)?;
+        let or_default = |v: u64, default: u64| if v == 0 { default } else { v };
+        let max_bytes = or_default(nonneg(m.max_bytes)?, DEFAULT_MAX_BYTES);
+        let max_objects = or_default(nonneg(m.max_objects)?, DEFAULT_MAX_OBJECTS);
         let max_checkpoint_bytes = nonneg(m.max_checkpoint_bytes)?;
         let max_checkpoints = nonneg(m.max_checkpoints)?;
         let max_workspaces = nonneg(m.max_workspaces)?;
         let ttl_seconds = nonneg(m.ttl_seconds)?;
-        let max_bytes = if max_bytes == 0 {
-            DEFAULT_MAX_BYTES
-        } else {
-            max_bytes
-        };
-        let max_objects = if max_objects == 0 {
-            DEFAULT_MAX_OBJECTS
-        } else {
-            max_objects
-        };
         if m.inputs.is_empty() && m.repositories.is_empty() {
             return Err(WsError::InvalidManifest(
                 "prepare requires at least one input".into(),
@@ -240,184 +231,37 @@ impl Plan {
         }
         let registry_base =
             (!m.registry_dir.is_empty()).then(|| resolve_from(&base, &m.registry_dir));
-
-        // Root: a new dedicated directory whose parent exists.
-        if m.root.trim().is_empty() {
-            return Err(WsError::InvalidManifest("root is required".into()));
-        }
-        let root = resolve_from(&base, &m.root);
-        if root == base || root.parent().is_none() {
-            return Err(WsError::InvalidRoot {
-                root,
-                reason: "root must name a new dedicated directory".into(),
-            });
-        }
-        check_new_root(&root)?;
-
+        let root = new_root(&base, &m.root)?;
         let working_directory = clean_destination(&m.working_directory)?;
-        let include_sensitive = m.include_sensitive_inputs;
 
-        // Every file destination, to refuse duplicates and file/dir clashes.
-        let mut claimed: BTreeMap<String, &'static str> = BTreeMap::new();
-        let mut planned_bytes = 0u64;
-        let mut planned_objects = 0u64;
-
-        let mut repos = Vec::new();
-        let mut repo_dests: Vec<String> = Vec::new();
+        let mut seeds = Seeds::new(m.include_sensitive_inputs);
+        let mut repos: Vec<PlannedRepo> = Vec::new();
         for r in &m.repositories {
-            if r.source.trim().is_empty() {
-                return Err(WsError::InvalidManifest(
-                    "repository source is required".into(),
-                ));
-            }
-            let source = resolve_from(&base, &r.source);
-            if r.reference.trim().is_empty() {
-                return Err(WsError::Git {
-                    source_repo: source,
-                    reason: "an explicit ref is required".into(),
-                });
-            }
-            let dest = clean_destination(&r.destination)?;
-            if dest.is_empty() {
-                return Err(WsError::InvalidPath {
-                    path: r.destination.clone(),
-                    reason: "a repository destination must name a subdirectory".into(),
-                });
-            }
-            for other in &repo_dests {
-                if *other == dest
-                    || other.starts_with(&format!("{dest}/"))
-                    || dest.starts_with(&format!("{other}/"))
-                {
-                    return Err(WsError::InvalidPath {
-                        path: dest.clone(),
-                        reason: "repository destinations overlap".into(),
-                    });
-                }
-            }
-            repo_dests.push(dest.clone());
-            let (toplevel, commit) = git::resolve(&source, &r.reference)?;
-            for entry in git::ls_tree(&toplevel, &commit)? {
-                let rel = join_rel(&dest, &entry.path);
-                match entry.mode.as_str() {
-                    // Submodules are not included (no recursion).
-                    "160000" => continue,
-                    "120000" => {
-                        return Err(WsError::InvalidInput {
-                            path: toplevel.join(&entry.path),
-                            reason: "symbolic links are refused in repository checkouts".into(),
-                        })
-                    }
-                    _ => {}
-                }
-                check_sensitive(&rel, include_sensitive)?;
-                claim(&mut claimed, &rel, "file")?;
-                planned_bytes += entry.size;
-                planned_objects += 1;
-            }
-            repos.push(PlannedRepo {
-                toplevel,
-                dest,
-                reference: r.reference.clone(),
-                commit,
-            });
+            let planned = seeds.add_repository(&base, r, &repos)?;
+            repos.push(planned);
         }
-
-        let mut files = Vec::new();
-        let mut dirs = Vec::new();
         for input in &m.inputs {
-            if input.source.trim().is_empty() {
-                return Err(WsError::InvalidManifest("input source is required".into()));
-            }
-            let source = resolve_from(&base, &input.source);
-            let dest = clean_destination(&input.destination)?;
-            let meta = fs::symlink_metadata(&source)
-                .map_err(|e| WsError::io_at("read input", &source, e))?;
-            let ft = meta.file_type();
-            if ft.is_symlink() {
-                return Err(WsError::InvalidInput {
-                    path: source,
-                    reason: "symbolic links are refused".into(),
-                });
-            } else if ft.is_file() {
-                if dest.is_empty() {
-                    return Err(WsError::InvalidPath {
-                        path: input.destination.clone(),
-                        reason: "a file input needs a destination file name".into(),
-                    });
-                }
-                let name = source
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                check_sensitive(&name, include_sensitive)?;
-                check_sensitive(&dest, include_sensitive)?;
-                claim(&mut claimed, &dest, "file")?;
-                planned_bytes += meta.len();
-                planned_objects += 1;
-                files.push(PlannedFile {
-                    source,
-                    dest,
-                    mode: meta.permissions().mode() & 0o755,
-                    size: meta.len(),
-                });
-            } else if ft.is_dir() {
-                if !dest.is_empty() {
-                    dirs.push(dest.clone());
-                }
-                walk_input(
-                    &source,
-                    &source,
-                    &dest,
-                    include_sensitive,
-                    &mut claimed,
-                    &mut files,
-                    &mut dirs,
-                    &mut planned_bytes,
-                    &mut planned_objects,
-                )?;
-            } else {
-                return Err(WsError::InvalidInput {
-                    path: source,
-                    reason: "not a regular file or directory".into(),
-                });
-            }
+            seeds.add_input(&base, input)?;
         }
-        // A file destination may not also be the parent of another one.
-        for path in claimed.keys() {
-            let mut prefix = path.as_str();
-            while let Some((parent, _)) = prefix.rsplit_once('/') {
-                if claimed.contains_key(parent) {
-                    return Err(WsError::InvalidPath {
-                        path: path.clone(),
-                        reason: format!("its parent {parent:?} is also a file destination"),
-                    });
-                }
-                prefix = parent;
-            }
-        }
-        if claimed.contains_key(&working_directory) {
-            return Err(WsError::InvalidPath {
-                path: working_directory,
-                reason: "the working directory is a file destination".into(),
-            });
-        }
-        if planned_bytes > max_bytes {
+        seeds.check_destinations(&working_directory)?;
+        if seeds.bytes > max_bytes {
             return Err(WsError::CapacityExceeded(format!(
-                "seeded bytes {planned_bytes} exceed workspace limit {max_bytes}"
+                "seeded bytes {} exceed workspace limit {max_bytes}",
+                seeds.bytes
             )));
         }
-        if planned_objects > max_objects {
+        if seeds.objects > max_objects {
             return Err(WsError::CapacityExceeded(format!(
-                "seeded objects {planned_objects} exceed workspace limit {max_objects}"
+                "seeded objects {} exceed workspace limit {max_objects}",
+                seeds.objects
             )));
         }
         Ok(Plan {
             root,
             working_directory,
             repos,
-            files,
-            dirs,
+            files: seeds.files,
+            dirs: seeds.dirs,
             max_bytes,
             max_objects,
             max_checkpoint_bytes,
@@ -427,10 +271,249 @@ impl Plan {
             registry_base,
             team,
             bucket,
-            include_sensitive,
-            planned_bytes,
-            planned_objects,
+            include_sensitive: seeds.include_sensitive,
+            planned_bytes: seeds.bytes,
+            planned_objects: seeds.objects,
         })
+    }
+}
+
+/// The root a manifest names: a new dedicated directory whose parent exists.
+fn new_root(base: &Path, named: &str) -> Result<PathBuf> {
+    if named.trim().is_empty() {
+        return Err(WsError::InvalidManifest("root is required".into()));
+    }
+    let root = resolve_from(base, named);
+    if root == base || root.parent().is_none() {
+        return Err(WsError::InvalidRoot {
+            root,
+            reason: "root must name a new dedicated directory".into(),
+        });
+    }
+    check_new_root(&root)?;
+    Ok(root)
+}
+
+/// What a plan seeds the workspace with, gathered input by input: every
+/// file destination claimed once (to refuse duplicates and file/directory
+/// clashes), the files and directories to create, and their totals.
+struct Seeds {
+    include_sensitive: bool,
+    claimed: BTreeMap<String, &'static str>,
+    files: Vec<PlannedFile>,
+    dirs: Vec<String>,
+    bytes: u64,
+    objects: u64,
+}
+
+impl Seeds {
+    fn new(include_sensitive: bool) -> Seeds {
+        Seeds {
+            include_sensitive,
+            claimed: BTreeMap::new(),
+            files: Vec::new(),
+            dirs: Vec::new(),
+            bytes: 0,
+            objects: 0,
+        }
+    }
+
+    /// Claims destination `rel` for one file of `size` bytes.
+    fn claim_file(&mut self, rel: &str, size: u64) -> Result<()> {
+        check_sensitive(rel, self.include_sensitive)?;
+        claim(&mut self.claimed, rel, "file")?;
+        self.bytes += size;
+        self.objects += 1;
+        Ok(())
+    }
+
+    /// Resolves repository `r` (its ref, its tree) and claims its files;
+    /// its destination must not overlap those of `earlier` repositories.
+    fn add_repository(
+        &mut self,
+        base: &Path,
+        r: &RepositorySpec,
+        earlier: &[PlannedRepo],
+    ) -> Result<PlannedRepo> {
+        if r.source.trim().is_empty() {
+            return Err(WsError::InvalidManifest(
+                "repository source is required".into(),
+            ));
+        }
+        let source = resolve_from(base, &r.source);
+        if r.reference.trim().is_empty() {
+            return Err(WsError::Git {
+                source_repo: source,
+                reason: "an explicit ref is required".into(),
+            });
+        }
+        let dest = clean_destination(&r.destination)?;
+        if dest.is_empty() {
+            return Err(WsError::InvalidPath {
+                path: r.destination.clone(),
+                reason: "a repository destination must name a subdirectory".into(),
+            });
+        }
+        let overlaps = |other: &str| {
+            other == dest
+                || other.starts_with(&format!("{dest}/"))
+                || dest.starts_with(&format!("{other}/"))
+        };
+        if earlier.iter().any(|o| overlaps(&o.dest)) {
+            return Err(WsError::InvalidPath {
+                path: dest.clone(),
+                reason: "repository destinations overlap".into(),
+            });
+        }
+        let (toplevel, commit) = git::resolve(&source, &r.reference)?;
+        for entry in git::ls_tree(&toplevel, &commit)? {
+            match entry.mode.as_str() {
+                // Submodules are not included (no recursion).
+                "160000" => continue,
+                "120000" => {
+                    return Err(WsError::InvalidInput {
+                        path: toplevel.join(&entry.path),
+                        reason: "symbolic links are refused in repository checkouts".into(),
+                    })
+                }
+                _ => {}
+            }
+            self.claim_file(&join_rel(&dest, &entry.path), entry.size)?;
+        }
+        Ok(PlannedRepo {
+            toplevel,
+            dest,
+            reference: r.reference.clone(),
+            commit,
+        })
+    }
+
+    /// Claims input `input`: one file, or a directory's whole tree.
+    fn add_input(&mut self, base: &Path, input: &InputSpec) -> Result<()> {
+        if input.source.trim().is_empty() {
+            return Err(WsError::InvalidManifest("input source is required".into()));
+        }
+        let source = resolve_from(base, &input.source);
+        let dest = clean_destination(&input.destination)?;
+        let meta =
+            fs::symlink_metadata(&source).map_err(|e| WsError::io_at("read input", &source, e))?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            Err(WsError::InvalidInput {
+                path: source,
+                reason: "symbolic links are refused".into(),
+            })
+        } else if ft.is_file() {
+            if dest.is_empty() {
+                return Err(WsError::InvalidPath {
+                    path: input.destination.clone(),
+                    reason: "a file input needs a destination file name".into(),
+                });
+            }
+            let name = source
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            check_sensitive(&name, self.include_sensitive)?;
+            self.add_file(source, dest, &meta)
+        } else if ft.is_dir() {
+            if !dest.is_empty() {
+                self.dirs.push(dest.clone());
+            }
+            self.walk_input(&source, &source, &dest)
+        } else {
+            Err(WsError::InvalidInput {
+                path: source,
+                reason: "not a regular file or directory".into(),
+            })
+        }
+    }
+
+    fn add_file(&mut self, source: PathBuf, dest: String, meta: &fs::Metadata) -> Result<()> {
+        self.claim_file(&dest, meta.len())?;
+        self.files.push(PlannedFile {
+            source,
+            dest,
+            mode: meta.permissions().mode() & 0o755,
+            size: meta.len(),
+        });
+        Ok(())
+    }
+
+    /// Claims every entry below `dir` (inside input directory `top`) at
+    /// destination `dest`, in name order.
+    fn walk_input(&mut self, top: &Path, dir: &Path, dest: &str) -> Result<()> {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .map_err(|e| WsError::io_at("read input directory", dir, e))?
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| WsError::io_at("read input directory", dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let within = path
+                .strip_prefix(top)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| name.clone());
+            if let Some(reason) = segment_problem(&name) {
+                return Err(WsError::InvalidPath {
+                    path: within,
+                    reason: reason.into(),
+                });
+            }
+            if dest.is_empty() && name.eq_ignore_ascii_case(".stow") {
+                return Err(WsError::InvalidPath {
+                    path: within,
+                    reason: ".stow is reserved".into(),
+                });
+            }
+            let rel = join_rel(dest, &name);
+            let meta =
+                fs::symlink_metadata(&path).map_err(|e| WsError::io_at("read input", &path, e))?;
+            let ft = meta.file_type();
+            if ft.is_symlink() {
+                return Err(WsError::InvalidInput {
+                    path,
+                    reason: "symbolic links are refused".into(),
+                });
+            } else if ft.is_dir() {
+                check_sensitive(&format!("{rel}/"), self.include_sensitive)?;
+                self.dirs.push(rel.clone());
+                self.walk_input(top, &path, &rel)?;
+            } else if ft.is_file() {
+                self.add_file(path, rel, &meta)?;
+            } else {
+                return Err(WsError::InvalidInput {
+                    path,
+                    reason: "not a regular file or directory".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a file destination that is also the parent of another one,
+    /// or the working directory.
+    fn check_destinations(&self, working_directory: &str) -> Result<()> {
+        for path in self.claimed.keys() {
+            let mut prefix = path.as_str();
+            while let Some((parent, _)) = prefix.rsplit_once('/') {
+                if self.claimed.contains_key(parent) {
+                    return Err(WsError::InvalidPath {
+                        path: path.clone(),
+                        reason: format!("its parent {parent:?} is also a file destination"),
+                    });
+                }
+                prefix = parent;
+            }
+        }
+        if self.claimed.contains_key(working_directory) {
+            return Err(WsError::InvalidPath {
+                path: working_directory.to_string(),
+                reason: "the working directory is a file destination".into(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -487,82 +570,135 @@ fn stow_bucket_name(name: &str) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn walk_input(
-    top: &Path,
-    dir: &Path,
-    dest: &str,
-    include_sensitive: bool,
-    claimed: &mut BTreeMap<String, &'static str>,
-    files: &mut Vec<PlannedFile>,
-    dirs: &mut Vec<String>,
-    bytes: &mut u64,
-    objects: &mut u64,
-) -> Result<()> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .map_err(|e| WsError::io_at("read input directory", dir, e))?
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| WsError::io_at("read input directory", dir, e))?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let within = path
-            .strip_prefix(top)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| name.clone());
-        if let Some(reason) = segment_problem(&name) {
-            return Err(WsError::InvalidPath {
-                path: within,
-                reason: reason.into(),
-            });
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest in `dir` (with `a.txt`, `src/x.rs`, `src/y/z.rs`) whose
+    /// JSON fields are `extra` plus a root and the version.
+    fn plan(dir: &Path, extra: serde_json::Value) -> Result<Plan> {
+        let mut doc = serde_json::json!({"version": 1, "root": "task"});
+        if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+            doc.extend(extra.clone());
         }
-        if dest.is_empty() && name.eq_ignore_ascii_case(".stow") {
-            return Err(WsError::InvalidPath {
-                path: within,
-                reason: ".stow is reserved".into(),
-            });
-        }
-        let rel = join_rel(dest, &name);
-        let meta =
-            fs::symlink_metadata(&path).map_err(|e| WsError::io_at("read input", &path, e))?;
-        let ft = meta.file_type();
-        if ft.is_symlink() {
-            return Err(WsError::InvalidInput {
-                path,
-                reason: "symbolic links are refused".into(),
-            });
-        } else if ft.is_dir() {
-            check_sensitive(&format!("{rel}/"), include_sensitive)?;
-            dirs.push(rel.clone());
-            walk_input(
-                top,
-                &path,
-                &rel,
-                include_sensitive,
-                claimed,
-                files,
-                dirs,
-                bytes,
-                objects,
-            )?;
-        } else if ft.is_file() {
-            check_sensitive(&rel, include_sensitive)?;
-            claim(claimed, &rel, "file")?;
-            *bytes += meta.len();
-            *objects += 1;
-            files.push(PlannedFile {
-                source: path,
-                dest: rel,
-                mode: meta.permissions().mode() & 0o755,
-                size: meta.len(),
-            });
-        } else {
-            return Err(WsError::InvalidInput {
-                path,
-                reason: "not a regular file or directory".into(),
-            });
+        let manifest: TaskManifest = serde_json::from_value(doc).unwrap();
+        Plan::build(&manifest, &dir.join("manifest.json"))
+    }
+
+    fn sources() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.txt"), "aaaa").unwrap();
+        fs::create_dir_all(dir.path().join("src/y")).unwrap();
+        fs::write(dir.path().join("src/x.rs"), "x").unwrap();
+        fs::write(dir.path().join("src/y/z.rs"), "zz").unwrap();
+        dir
+    }
+
+    fn refusal(r: Result<Plan>) -> String {
+        match r {
+            Ok(p) => panic!("planned {:?}", p.files),
+            Err(e) => e.to_string(),
         }
     }
-    Ok(())
+
+    #[test]
+    fn a_plan_lists_files_and_directories_with_their_totals() {
+        let dir = sources();
+        let p = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [
+                {"source": "a.txt", "destination": "docs/a.txt"},
+                {"source": "src", "destination": "code"}
+            ], "working_directory": "code"}),
+        )
+        .unwrap();
+        let dests: Vec<&str> = p.files.iter().map(|f| f.dest.as_str()).collect();
+        assert_eq!(dests, ["docs/a.txt", "code/x.rs", "code/y/z.rs"]);
+        assert_eq!(p.dirs, ["code", "code/y"]);
+        assert_eq!((p.planned_bytes, p.planned_objects), (7, 3));
+        assert_eq!(p.root, dir.path().join("task"));
+        assert_eq!(
+            (p.max_bytes, p.max_objects),
+            (DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS)
+        );
+    }
+
+    #[test]
+    fn clashing_destinations_are_refused() {
+        let dir = sources();
+        let twice = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [
+                {"source": "a.txt", "destination": "same"},
+                {"source": "src/x.rs", "destination": "same"}
+            ]}),
+        );
+        assert!(refusal(twice).contains("duplicate file destination"));
+        let parent = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [
+                {"source": "a.txt", "destination": "code"},
+                {"source": "src", "destination": "code"}
+            ]}),
+        );
+        assert!(refusal(parent).contains("also a file destination"));
+        let wd = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [{"source": "a.txt", "destination": "a.txt"}],
+                               "working_directory": "a.txt"}),
+        );
+        assert!(refusal(wd).contains("working directory is a file destination"));
+    }
+
+    #[test]
+    fn quotas_bound_the_seeded_tree() {
+        let dir = sources();
+        let inputs = serde_json::json!([{"source": "src", "destination": "code"}]);
+        let bytes = plan(
+            dir.path(),
+            serde_json::json!({"inputs": inputs, "max_bytes": 2}),
+        );
+        assert!(refusal(bytes).contains("seeded bytes 3 exceed workspace limit 2"));
+        let objects = plan(
+            dir.path(),
+            serde_json::json!({"inputs": inputs, "max_objects": 1}),
+        );
+        assert!(refusal(objects).contains("seeded objects 2 exceed workspace limit 1"));
+        let negative = plan(
+            dir.path(),
+            serde_json::json!({"inputs": inputs, "ttl_seconds": -1}),
+        );
+        assert!(refusal(negative).contains("must not be negative"));
+    }
+
+    #[test]
+    fn inputs_and_roots_are_checked() {
+        let dir = sources();
+        let none = plan(dir.path(), serde_json::json!({}));
+        assert!(refusal(none).contains("at least one input"));
+        let unnamed = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [{"source": "a.txt"}]}),
+        );
+        assert!(refusal(unnamed).contains("needs a destination file name"));
+        std::os::unix::fs::symlink("a.txt", dir.path().join("src/link")).unwrap();
+        let link = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [{"source": "src", "destination": "c"}]}),
+        );
+        assert!(refusal(link).contains("symbolic links are refused"));
+        fs::create_dir(dir.path().join("task")).unwrap();
+        let exists = plan(
+            dir.path(),
+            serde_json::json!({"inputs": [{"source": "a.txt", "destination": "a"}]}),
+        );
+        assert!(refusal(exists).contains("root already exists"));
+        let secret = tempfile::tempdir().unwrap();
+        fs::write(secret.path().join(".env"), "K=V").unwrap();
+        let sensitive = plan(
+            secret.path(),
+            serde_json::json!({"inputs": [{"source": ".env", "destination": "e"}]}),
+        );
+        assert!(refusal(sensitive).contains("include_sensitive_inputs"));
+    }
 }
