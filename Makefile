@@ -2,9 +2,9 @@
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
-.PHONY: test fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test packaging-test dist dist-test fmt bench-store soak fuzz
+.PHONY: test fmt-check lint rust-test e2e-test soak-test powerloss-test powerloss python-client-test node-client-test packaging-test dist dist-test fmt bench-store soak fuzz
 
-test: fmt-check lint rust-test e2e-test soak-test python-client-test node-client-test packaging-test
+test: fmt-check lint rust-test e2e-test soak-test powerloss-test python-client-test node-client-test packaging-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -34,6 +34,24 @@ soak-test:
 soak:
 	$(CARGO) build --bin stow-s3
 	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 tests/soak/soak.py --engine all --cycles $(SOAK_CYCLES) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+
+# The power-loss runs (tests/powerloss, issue 28): soak engines on the FUSE
+# harness tools/powerloss, each kill followed by a power cut (unsynced data
+# and directory changes lost). `make test` runs POWERLOSS_TEST_CUTS (4) per
+# engine and the proof that a left-out fsync is found (skipped, with the
+# reason, where /dev/fuse or root is missing); `make powerloss` runs
+# POWERLOSS_CUTS (200) per engine. POWERLOSS_SEED replays a printed seed.
+POWERLOSS_CUTS ?= 200
+
+powerloss-test:
+	$(CARGO) build --bin stow-s3
+	$(CARGO) build -p stow-powerloss -p stow-powerloss-shim
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 -m pytest tests/powerloss -q -rs
+
+powerloss:
+	$(CARGO) build --bin stow-s3
+	$(CARGO) build -p stow-powerloss -p stow-powerloss-shim
+	STOW_BIN=$(TARGET_DIR)/debug/stow-s3 python3 tests/powerloss/powerloss.py --engine all --cuts $(POWERLOSS_CUTS) $(if $(POWERLOSS_SEED),--seed $(POWERLOSS_SEED))
 
 # The Python package (clients/python) against the debug binary.
 python-client-test:

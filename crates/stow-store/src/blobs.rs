@@ -288,8 +288,14 @@ impl BlobStore {
                 let mut moved = fs::rename(&from, &to);
                 if matches!(&moved, Err(e) if e.kind() == io::ErrorKind::NotFound) && from.exists()
                 {
-                    // The shard directory does not exist yet.
+                    // The shard directory does not exist yet. Its name is
+                    // fsynced into the blob directory before the move: the
+                    // move itself becomes durable with the next fsync of
+                    // `tmp/` (another body's staging), and without this a
+                    // power loss could then leave the blob in neither
+                    // directory (found by the power-loss harness).
                     moved = fs::create_dir_all(blobs.join(id.shard()))
+                        .and_then(|()| sync_dir(blobs))
                         .and_then(|()| fs::rename(&from, &to));
                 }
                 if let Err(e) = moved {

@@ -377,9 +377,12 @@ impl PowerlossFs {
 }
 
 /// Opens what an `O_PATH` fd names for I/O with the caller's flags
-/// (creation, append and direct I/O stripped: offsets come from the kernel).
+/// (creation, append and direct I/O stripped: offsets come from the kernel;
+/// `O_NOFOLLOW` too: the kernel resolved the name, and the `/proc` path is a
+/// link by nature).
 fn reopen(fd: i32, flags: i32) -> R<File> {
     let strip = libc::O_CREAT
+        | libc::O_NOFOLLOW
         | libc::O_EXCL
         | libc::O_NOCTTY
         | libc::O_APPEND

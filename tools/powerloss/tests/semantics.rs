@@ -241,3 +241,23 @@ fn a_subset_cut_keeps_some_unsynced_changes_never_torn_renames() {
     }
     assert_eq!(outcomes.len(), 2, "8 seeds never varied the outcome");
 }
+
+#[test]
+fn an_existing_file_opens_with_o_nofollow() {
+    need_fuse!();
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let m = mount(tmp.path());
+    write_file(&m.p("db"), b"x", true);
+    // SQLite opens its database this way; the harness reopens through
+    // /proc/self/fd, which O_NOFOLLOW would refuse.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(m.p("db"));
+    assert!(f.is_ok(), "{f:?}");
+    drop(f);
+    m.cut(None);
+}
