@@ -244,18 +244,7 @@ impl Plan {
             seeds.add_input(&base, input)?;
         }
         seeds.check_destinations(&working_directory)?;
-        if seeds.bytes > max_bytes {
-            return Err(WsError::CapacityExceeded(format!(
-                "seeded bytes {} exceed workspace limit {max_bytes}",
-                seeds.bytes
-            )));
-        }
-        if seeds.objects > max_objects {
-            return Err(WsError::CapacityExceeded(format!(
-                "seeded objects {} exceed workspace limit {max_objects}",
-                seeds.objects
-            )));
-        }
+        check_seeded(seeds.bytes, seeds.objects, max_bytes, max_objects)?;
         Ok(Plan {
             root,
             working_directory,
@@ -276,6 +265,28 @@ impl Plan {
             planned_objects: seeds.objects,
         })
     }
+}
+
+/// Refuses a seeded tree of `bytes` in `objects` files beyond a
+/// workspace's quotas: checked on the plan, and again on what prepare
+/// actually copied (a source may have grown since).
+pub(crate) fn check_seeded(
+    bytes: u64,
+    objects: u64,
+    max_bytes: u64,
+    max_objects: u64,
+) -> Result<()> {
+    if bytes > max_bytes {
+        return Err(WsError::CapacityExceeded(format!(
+            "seeded bytes {bytes} exceed workspace limit {max_bytes}"
+        )));
+    }
+    if objects > max_objects {
+        return Err(WsError::CapacityExceeded(format!(
+            "seeded objects {objects} exceed workspace limit {max_objects}"
+        )));
+    }
+    Ok(())
 }
 
 /// The root a manifest names: a new dedicated directory whose parent exists.

@@ -11,7 +11,7 @@ use crate::git;
 use crate::identity::{
     claim_session, new_workspace_id, record_base_identity, registry_base, write_identity, Identity,
 };
-use crate::manifest::{Plan, TaskManifest};
+use crate::manifest::{check_seeded, Plan, TaskManifest};
 use stow_checkpoint::fsutil::{
     atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex,
 };
@@ -109,7 +109,7 @@ fn prepare_created(
     } else {
         root.join(&plan.working_directory)
     };
-    let mut rec = Record {
+    let rec = Record {
         id: id.to_string(),
         dir: root.clone(),
         working_directory: Some(working_dir.clone()),
@@ -127,49 +127,9 @@ fn prepare_created(
         gitignore: false,
         attached: false,
     };
-    let count = {
-        let _lock = registry.lock()?;
-        let bound = min_bound(bound, registry.policy()?.max_workspaces);
-        let count = registry.count()?;
-        if bound > 0 && count >= bound {
-            return Err(capacity_error(count, bound));
-        }
-        registry.put(&rec)?;
-        count + 1
-    };
-
-    let mut repositories = Vec::new();
-    if !plan.repos.is_empty() {
-        let hooks = root.join(".stow").join("disabled-hooks");
-        create_private_dir(&hooks)?;
-        for r in &plan.repos {
-            let dest = root.join(&r.dest);
-            if let Some((parent, _)) = r.dest.rsplit_once('/') {
-                create_dirs_within(root, parent, 0o755)?;
-            }
-            git::stage(&r.toplevel, &r.commit, &dest, &hooks)?;
-            repositories.push(RepositoryResult {
-                source: r.toplevel.clone(),
-                destination: r.dest.clone(),
-                reference: r.reference.clone(),
-                commit: r.commit.clone(),
-            });
-        }
-    }
-    for d in &plan.dirs {
-        create_dirs_within(root, d, 0o755)?;
-    }
-    // A file input's destination may be nested (`docs/notes.md`): its
-    // parents are made like directory inputs' (0755, never through a
-    // symlink), each once, before the files are copied on a few threads.
-    let parents: std::collections::BTreeSet<&str> = plan
-        .files
-        .iter()
-        .filter_map(|f| f.dest.rsplit_once('/').map(|(parent, _)| parent))
-        .collect();
-    for parent in parents {
-        create_dirs_within(root, parent, 0o755)?;
-    }
+    let count = register(registry, &rec, bound)?;
+    let repositories = stage_repositories(plan)?;
+    make_directories(plan)?;
     clock.lap("git");
     // The Git checkouts are in place: they are counted now, the copies as
     // they are made, and the identity of the whole tree is hashed while
@@ -182,18 +142,12 @@ fn prepare_created(
     let base_identity = copied.base_identity;
     let seeded_bytes = checkout_bytes + copied.bytes;
     let seeded_objects = checkout_files + plan.files.len() as u64;
-    if seeded_bytes > plan.max_bytes {
-        return Err(WsError::CapacityExceeded(format!(
-            "seeded bytes {seeded_bytes} exceed workspace limit {}",
-            plan.max_bytes
-        )));
-    }
-    if seeded_objects > plan.max_objects {
-        return Err(WsError::CapacityExceeded(format!(
-            "seeded objects {seeded_objects} exceed workspace limit {}",
-            plan.max_objects
-        )));
-    }
+    check_seeded(
+        seeded_bytes,
+        seeded_objects,
+        plan.max_bytes,
+        plan.max_objects,
+    )?;
     if !repositories.is_empty() {
         let prov = serde_json::json!({ "repositories": repositories });
         atomic_write(
@@ -204,7 +158,6 @@ fn prepare_created(
     }
     // Persist the record once more so its working directory is durable even
     // if the first write raced a concurrent registry edit.
-    rec.working_directory = Some(working_dir.clone());
     registry.put(&rec)?;
     record_base_identity(root, &base_identity)?;
     clock.lap("record");
@@ -224,6 +177,65 @@ fn prepare_created(
         capabilities: capabilities(&rec, RegistryBound::new(bound, count)),
         authority: authority_names(rec.authority_mask),
     })
+}
+
+/// Records `rec` in the registry under its lock, unless the partition is
+/// at its workspace bound; returns the count of workspaces with it.
+fn register(registry: &Registry, rec: &Record, bound: u64) -> Result<u64> {
+    let _lock = registry.lock()?;
+    let bound = min_bound(bound, registry.policy()?.max_workspaces);
+    let count = registry.count()?;
+    if bound > 0 && count >= bound {
+        return Err(capacity_error(count, bound));
+    }
+    registry.put(rec)?;
+    Ok(count + 1)
+}
+
+/// Checks out the plan's Git repositories (their hooks disabled) at their
+/// destinations.
+fn stage_repositories(plan: &Plan) -> Result<Vec<RepositoryResult>> {
+    let root = &plan.root;
+    let mut repositories = Vec::new();
+    if plan.repos.is_empty() {
+        return Ok(repositories);
+    }
+    let hooks = root.join(".stow").join("disabled-hooks");
+    create_private_dir(&hooks)?;
+    for r in &plan.repos {
+        let dest = root.join(&r.dest);
+        if let Some((parent, _)) = r.dest.rsplit_once('/') {
+            create_dirs_within(root, parent, 0o755)?;
+        }
+        git::stage(&r.toplevel, &r.commit, &dest, &hooks)?;
+        repositories.push(RepositoryResult {
+            source: r.toplevel.clone(),
+            destination: r.dest.clone(),
+            reference: r.reference.clone(),
+            commit: r.commit.clone(),
+        });
+    }
+    Ok(repositories)
+}
+
+/// Makes the plan's directories, and the parents of its file inputs'
+/// destinations (`docs/notes.md`) like directory inputs' (0755, never
+/// through a symlink), each once, before the files are copied on a few
+/// threads.
+fn make_directories(plan: &Plan) -> Result<()> {
+    let root = &plan.root;
+    for d in &plan.dirs {
+        create_dirs_within(root, d, 0o755)?;
+    }
+    let parents: std::collections::BTreeSet<&str> = plan
+        .files
+        .iter()
+        .filter_map(|f| f.dest.rsplit_once('/').map(|(parent, _)| parent))
+        .collect();
+    for parent in parents {
+        create_dirs_within(root, parent, 0o755)?;
+    }
+    Ok(())
 }
 
 /// What the copies of a prepare add up to.
