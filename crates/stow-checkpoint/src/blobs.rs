@@ -243,6 +243,11 @@ pub(super) fn publish_blob_names(
         return Ok((0, Vec::new()));
     }
     let blobs = state(registry).join("blobs");
+    // A registry's first capture makes the blob root itself: its name in
+    // the state directory is flushed with the rest, or a power loss could
+    // keep the checkpoint and lose every blob it names (found by the
+    // power-loss harness, tests/powerloss).
+    let new_root = !blobs.is_dir();
     let mut stored = 0u64;
     let mut dirs = BTreeSet::new();
     // Blobs that existed before this capture were never staged (checked
@@ -267,6 +272,9 @@ pub(super) fn publish_blob_names(
     }
     // The blob root gains an entry when a new `<xx>` directory is made.
     let mut changed = vec![blobs];
+    if new_root {
+        changed.push(state(registry));
+    }
     changed.extend(dirs);
     Ok((stored, changed))
 }
