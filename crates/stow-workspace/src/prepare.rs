@@ -275,7 +275,8 @@ struct Handoffs {
 /// order) and the copies. One more thread hashes meanwhile, in walk
 /// order, taking each copy as soon as it is complete (still open when it
 /// can), so the tree is not read again afterwards. Stops at the first
-/// failure.
+/// failure. Long because the copying threads, the hashing thread and
+/// the hand-off between them share one thread scope.
 fn copy_all(
     files: &[crate::manifest::PlannedFile],
     root: &Path,

@@ -17,7 +17,9 @@ use stow_checkpoint::fsutil::{absolute, now_rfc3339, random_hex};
 use stow_checkpoint::registry::{
     authority_names, min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK,
 };
-use stow_checkpoint::{load_manifest, materialize, object_as_file, open_verified};
+use stow_checkpoint::{
+    load_manifest, materialize, object_as_file, open_verified, CheckpointManifest,
+};
 use stow_checkpoint::{Result, WsError};
 
 /// Optional narrowing limits of a restore (0 = sized by the checkpoint).
@@ -125,45 +127,7 @@ pub(crate) fn restore_as(
         let base_identity = materialize(registry, &m, &root, limits.progress)?;
         record_base_identity(&root, &base_identity)?;
         if m.version == 2 {
-            let view = WorkspaceBucket::open(&root, &bucket)?;
-            for b in &m.buckets {
-                view.ensure_bucket(b)?;
-            }
-            for f in &m.files {
-                if f.content_type.is_some() || !f.metadata.is_empty() {
-                    let props = ObjectProps {
-                        content_type: f.content_type.clone(),
-                        metadata: f.metadata.clone(),
-                        ..Default::default()
-                    };
-                    view.restore_file_properties(&f.path, props)?;
-                }
-            }
-            for o in &m.objects {
-                // Streamed: an object may be as large as the bounds allow.
-                let mut body = open_verified(registry, &object_as_file(o))?;
-                let props = ObjectProps {
-                    content_type: o.content_type.clone(),
-                    metadata: o.metadata.clone(),
-                    ..Default::default()
-                };
-                view.store()
-                    .put_object(
-                        &o.bucket,
-                        &o.key,
-                        &mut body,
-                        PutOptions {
-                            props,
-                            ..Default::default()
-                        },
-                    )
-                    .map_err(|e| {
-                        WsError::InvalidRequest(format!(
-                            "restore object {}/{}: {e}",
-                            o.bucket, o.key
-                        ))
-                    })?;
-            }
+            restore_bucket_view(registry, &m, &root, &bucket)?;
         }
         registry.put(&rec)?;
         // The new workspace's tree is the checkpoint's.
@@ -193,6 +157,54 @@ pub(crate) fn restore_as(
             Err(e)
         }
     }
+}
+
+/// A portable checkpoint's side of a restore: the private store's buckets
+/// and objects (streamed from verified blobs), and the S3 properties its
+/// files were written with.
+fn restore_bucket_view(
+    registry: &Registry,
+    m: &CheckpointManifest,
+    root: &Path,
+    bucket: &str,
+) -> Result<()> {
+    let view = WorkspaceBucket::open(root, bucket)?;
+    for b in &m.buckets {
+        view.ensure_bucket(b)?;
+    }
+    for f in &m.files {
+        if f.content_type.is_some() || !f.metadata.is_empty() {
+            let props = ObjectProps {
+                content_type: f.content_type.clone(),
+                metadata: f.metadata.clone(),
+                ..Default::default()
+            };
+            view.restore_file_properties(&f.path, props)?;
+        }
+    }
+    for o in &m.objects {
+        // Streamed: an object may be as large as the bounds allow.
+        let mut body = open_verified(registry, &object_as_file(o))?;
+        let props = ObjectProps {
+            content_type: o.content_type.clone(),
+            metadata: o.metadata.clone(),
+            ..Default::default()
+        };
+        view.store()
+            .put_object(
+                &o.bucket,
+                &o.key,
+                &mut body,
+                PutOptions {
+                    props,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| {
+                WsError::InvalidRequest(format!("restore object {}/{}: {e}", o.bucket, o.key))
+            })?;
+    }
+    Ok(())
 }
 
 fn min_or(narrow: u64, sized: u64) -> u64 {
