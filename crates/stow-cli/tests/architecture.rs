@@ -76,6 +76,20 @@ fn each_crate_depends_only_on_the_project_crates_below_it() {
 }
 
 #[test]
+fn the_power_loss_harness_links_no_project_crate() {
+    // tools/powerloss judges the product from outside (a mount and a
+    // control socket); linking a project crate would let it share the
+    // product's assumptions.
+    let deps = dependencies("../tools/powerloss");
+    assert!(deps.contains("fuser"), "{deps:?}");
+    let project: Vec<&String> = deps.iter().filter(|d| d.starts_with("stow-")).collect();
+    assert!(
+        project.is_empty(),
+        "the power-loss harness depends on {project:?}"
+    );
+}
+
+#[test]
 fn storage_crates_know_no_protocol() {
     for krate in STORAGE_CRATES {
         let deps = dependencies(krate);
