@@ -232,6 +232,20 @@ def test_delete_objects(s3):
     assert s3.list_objects_v2(Bucket="del")["KeyCount"] == 0
 
 
+def test_a_tag_key_given_twice_is_invalid_tag_and_writes_nothing(s3):
+    s3.create_bucket(Bucket="dup-tags")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="dup-tags", Key="k", Body=b"x", Tagging="a=1&b=2&a=3")
+    assert code_of(e) == ("InvalidTag", 400)
+    assert s3.list_objects_v2(Bucket="dup-tags").get("KeyCount") == 0
+    s3.put_object(Bucket="dup-tags", Key="k", Body=b"x", Tagging="a=1")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_tagging(Bucket="dup-tags", Key="k", Tagging={"TagSet": [
+            {"Key": "a", "Value": "1"}, {"Key": "a", "Value": "2"}]})
+    assert code_of(e) == ("InvalidTag", 400)
+    assert s3.get_object_tagging(Bucket="dup-tags", Key="k")["TagSet"] == [{"Key": "a", "Value": "1"}]
+
+
 def test_presigned_urls(s3server, s3):
     s3.create_bucket(Bucket="pre")
     put_url = s3.generate_presigned_url("put_object", Params={"Bucket": "pre", "Key": "p"}, ExpiresIn=300)
