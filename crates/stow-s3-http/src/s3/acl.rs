@@ -1,9 +1,9 @@
-//! ACLs and versioning as a single-owner server answers them: every bucket
+//! ACLs as a single-owner server answers them: every bucket
 //! and object belongs to the one owner with FULL_CONTROL, and may carry one
 //! of the canned ACLs `private`, `public-read`, `public-read-write`,
 //! `authenticated-read` (kept by the store, answered by Get*Acl as AWS
 //! writes them out, honoured for anonymous reads in `crate::public`);
-//! other grants are NotImplemented; versioning was never enabled.
+//! other grants are NotImplemented.
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -18,7 +18,8 @@ const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 /// S3's group of every signed-in AWS account.
 const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
 
-fn owner() -> Owner {
+/// The one owner of every bucket and object.
+pub(super) fn owner() -> Owner {
     Owner {
         display_name: Some(OWNER.into()),
         id: Some(OWNER.into()),
@@ -215,15 +216,4 @@ pub(super) async fn put_object_acl(
     let (bucket, key) = (input.bucket, input.key);
     blocking(move || store.set_object_acl(&bucket, &key, acl)).await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
-}
-
-pub(super) async fn get_bucket_versioning(
-    svc: &StowS3,
-    req: S3Request<GetBucketVersioningInput>,
-) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    let bucket = req.input.bucket;
-    svc.point_read(move |store| store.head_bucket(&bucket))
-        .await?;
-    // Never enabled: no Status element at all, as on AWS.
-    Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }

@@ -214,16 +214,6 @@ pub(super) fn write_condition(
     }
 }
 
-pub(super) fn check_version(version_id: &Option<String>) -> S3Result<()> {
-    match version_id.as_deref() {
-        None | Some("null") => Ok(()),
-        Some(_) => Err(s3_error!(
-            InvalidArgument,
-            "versioning is not enabled: the only version id is null"
-        )),
-    }
-}
-
 pub(super) fn max_count(v: Option<i32>, name: &str) -> S3Result<usize> {
     match v {
         None => Ok(1000),
@@ -274,16 +264,19 @@ pub(super) fn decode_token(token: &str) -> S3Result<String> {
     Ok(key)
 }
 
-pub(super) fn copy_source(src: &CopySource) -> S3Result<(String, String)> {
+/// The source of a copy: bucket, key, and the version named (`None`: the
+/// latest).
+pub(super) fn copy_source(src: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match src {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
-        } => {
-            check_version(&version_id.as_deref().map(String::from))?;
-            Ok((bucket.to_string(), key.to_string()))
-        }
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(String::from),
+        )),
         _ => Err(s3_error!(
             NotImplemented,
             "access point copy sources are not supported"
@@ -438,6 +431,7 @@ macro_rules! object_output {
             cache_control: $meta.props.cache_control.clone(),
             expires: $meta.props.expires.as_deref().and_then(parse_http_date),
             metadata: metadata_out(&$meta.props.metadata),
+            version_id: $meta.version_id.clone(),
             checksum_crc32: $c.crc32,
             checksum_crc32c: $c.crc32c,
             checksum_crc64nvme: $c.crc64nvme,

@@ -1,7 +1,7 @@
-//! Listings: ListObjects v1 and v2, ListObjectVersions.
+//! Listings: ListObjects v1 and v2 (ListObjectVersions is in `versions`).
 
 use s3s::dto::*;
-use s3s::{s3_error, S3Request, S3Response, S3Result};
+use s3s::{S3Request, S3Response, S3Result};
 use stow_store as store;
 
 use super::convert::*;
@@ -84,65 +84,6 @@ pub(super) async fn list_objects_v2(
         delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
         contents: Some(contents(page.objects, url)),
-        common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
-        ..Default::default()
-    }))
-}
-
-pub(super) async fn list_object_versions(
-    svc: &StowS3,
-    req: S3Request<ListObjectVersionsInput>,
-) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    let input = req.input;
-    let url = wants_url(&input.encoding_type)?;
-    let max = max_count(input.max_keys, "max-keys")?;
-    if input.version_id_marker.is_some() && input.key_marker.is_none() {
-        return Err(s3_error!(
-            InvalidArgument,
-            "A version-id marker cannot be specified without a key marker."
-        ));
-    }
-    check_version(&input.version_id_marker.clone().filter(|v| !v.is_empty()))?;
-    let query = store::ListQuery {
-        prefix: input.prefix.clone().unwrap_or_default(),
-        delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
-        start_after: input.key_marker.clone().filter(|m| !m.is_empty()),
-        max_keys: max,
-    };
-    let store = svc.store.clone();
-    let bucket = input.bucket.clone();
-    let page = reading(move || store.list_objects(&bucket, &query)).await?;
-    let enc = |s: String| if url { url_encode(&s) } else { s };
-    let truncated = page.is_truncated;
-    Ok(S3Response::new(ListObjectVersionsOutput {
-        name: Some(input.bucket),
-        prefix: Some(enc(input.prefix.unwrap_or_default())),
-        key_marker: Some(enc(input.key_marker.unwrap_or_default())),
-        version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
-        max_keys: Some(max as i32),
-        is_truncated: Some(truncated),
-        next_key_marker: page.next_marker.clone().filter(|_| truncated).map(enc),
-        next_version_id_marker: truncated.then(|| "null".to_string()),
-        // An empty delimiter is no delimiter, and is not echoed.
-        delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
-        encoding_type: input.encoding_type,
-        versions: Some(
-            page.objects
-                .into_iter()
-                .map(|o| ObjectVersion {
-                    key: Some(enc(o.key)),
-                    size: Some(o.size as i64),
-                    e_tag: Some(etag(&o.etag)),
-                    last_modified: Some(timestamp(o.last_modified_ns)),
-                    is_latest: Some(true),
-                    version_id: Some("null".into()),
-                    storage_class: Some(ObjectVersionStorageClass::from_static(
-                        ObjectVersionStorageClass::STANDARD,
-                    )),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
         ..Default::default()
     }))

@@ -3,7 +3,7 @@
 //! blocking thread, and converts the result.
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
-//! `listing`, `multipart`, `acl`, `tagging`), conversions in `convert`; the `S3` impl below
+//! `listing`, `multipart`, `acl`, `tagging`, `versions`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
@@ -14,6 +14,7 @@ mod listing;
 mod multipart;
 mod reads;
 mod tagging;
+mod versions;
 mod writes;
 
 use s3s::dto::*;
@@ -212,7 +213,7 @@ impl S3 for StowS3 {
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        listing::list_object_versions(self, req).await
+        versions::list_object_versions(self, req).await
     }
 
     async fn create_multipart_upload(
@@ -303,7 +304,14 @@ impl S3 for StowS3 {
         &self,
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        acl::get_bucket_versioning(self, req).await
+        versions::get_bucket_versioning(self, req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        versions::put_bucket_versioning(self, req).await
     }
 
     async fn get_object_tagging(

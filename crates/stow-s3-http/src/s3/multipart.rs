@@ -97,7 +97,7 @@ pub(super) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     svc.writable()?;
     let input = req.input;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let range = match input.copy_source_range.as_deref() {
         None => None,
         Some(r) => {
@@ -131,7 +131,13 @@ pub(super) async fn upload_part_copy(
     let (bucket, key, upload) = (input.bucket, input.key, input.upload_id);
     let number = i64::from(input.part_number);
     let info = tokio::task::spawn_blocking(move || {
-        let read = match store.get_object(&src_bucket, &src_key, range) {
+        let read = match store.get_object_version(
+            &src_bucket,
+            &src_key,
+            src_version.as_deref(),
+            range,
+            None,
+        ) {
             Err(StoreError::InvalidRange { size }) => return Err(copy_range_outside(size)),
             r => r.map_err(to_s3)?,
         };
@@ -228,6 +234,7 @@ pub(super) async fn complete_multipart_upload(
         key: Some(input.key.clone()),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         e_tag: Some(etag(&meta.etag)),
+        version_id: meta.version_id.clone(),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
         checksum_crc64nvme: c.crc64nvme,

@@ -15,7 +15,6 @@ pub(super) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = req.input;
-    check_version(&input.version_id)?;
     let conditions = source_conditions(
         input.if_match,
         input.if_none_match,
@@ -33,10 +32,9 @@ pub(super) async fn get_object(
             "Cannot specify both Range header and partNumber query parameter"
         ));
     }
-    let (bucket, key) = (input.bucket, input.key);
-    let open = move |store: &dyn ObjectBackend| match part {
-        Some(n) => store.get_object_part(&bucket, &key, n),
-        None => store.get_object(&bucket, &key, range),
+    let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+    let open = move |store: &dyn ObjectBackend| {
+        store.get_object_version(&bucket, &key, version.as_deref(), range, part)
     };
     let checked = move |read: Result<store::ObjectRead, StoreError>| {
         let read = match read {
@@ -114,16 +112,15 @@ pub(super) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = req.input;
-    check_version(&input.version_id)?;
     let conditions = source_conditions(
         input.if_match,
         input.if_none_match,
         input.if_modified_since,
         input.if_unmodified_since,
     );
-    let (bucket, key) = (input.bucket, input.key);
+    let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
-        .point_read(move |store| store.head_object(&bucket, &key))
+        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
         .await?;
     read_condition(conditions.check(&meta), &meta)?;
     let (length, content_range, parts_count) = match input.part_number {
@@ -179,7 +176,6 @@ pub(super) async fn get_object_attributes(
     req: S3Request<GetObjectAttributesInput>,
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let input = req.input;
-    check_version(&input.version_id)?;
     let wanted: Vec<String> = input
         .object_attributes
         .iter()
@@ -191,9 +187,9 @@ pub(super) async fn get_object_attributes(
         })
         .collect();
     let want = |name: &str| wanted.iter().any(|w| w == name);
-    let (bucket, key) = (input.bucket, input.key);
+    let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
-        .point_read(move |store| store.head_object(&bucket, &key))
+        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
         .await?;
     // A composite checksum keeps its `-N` part count here too, as on
     // GET/HEAD (ceph/s3-tests' multipart checksum tests; issue 29).
@@ -249,6 +245,7 @@ pub(super) async fn get_object_attributes(
         storage_class: want("storageclass")
             .then(|| StorageClass::from_static(StorageClass::STANDARD)),
         last_modified: Some(timestamp(meta.last_modified_ns)),
+        version_id: meta.version_id.clone(),
         checksum,
         object_parts,
         ..Default::default()

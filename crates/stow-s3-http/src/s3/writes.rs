@@ -55,6 +55,7 @@ pub(super) async fn put_object(
         checksum_sha1: c.sha1,
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
+        version_id: meta.version_id,
         ..Default::default()
     }))
 }
@@ -64,12 +65,17 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     svc.writable()?;
-    check_version(&req.input.version_id)?;
     let store = svc.store.clone();
-    let (bucket, key) = (req.input.bucket, req.input.key);
-    blocking(move || store.delete_object(&bucket, &key)).await?;
+    let input = req.input;
+    let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+    let deleted =
+        blocking(move || store.delete_object_version(&bucket, &key, version.as_deref())).await?;
     Ok(S3Response::with_status(
-        DeleteObjectOutput::default(),
+        DeleteObjectOutput {
+            delete_marker: deleted.delete_marker.then_some(true),
+            version_id: deleted.version_id,
+            ..Default::default()
+        },
         http::StatusCode::NO_CONTENT,
     ))
 }
@@ -95,20 +101,14 @@ pub(super) async fn delete_objects(
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects {
-            if !matches!(o.version_id.as_deref(), None | Some("null")) {
-                errors.push(Error {
-                    code: Some("NoSuchVersion".into()),
+            match store.delete_object_version(&bucket, &o.key, o.version_id.as_deref()) {
+                Ok(d) => deleted.push(DeletedObject {
                     key: Some(o.key),
-                    message: Some("versioning is not enabled: the only version id is null".into()),
+                    // The version asked for, echoed; a marker made or
+                    // removed is named as such.
+                    delete_marker: d.delete_marker.then_some(true),
+                    delete_marker_version_id: d.version_id.clone().filter(|_| d.delete_marker),
                     version_id: o.version_id,
-                });
-                continue;
-            }
-            match store.delete_object(&bucket, &o.key) {
-                Ok(_) => deleted.push(DeletedObject {
-                    key: Some(o.key),
-                    version_id: o.version_id,
-                    ..Default::default()
                 }),
                 Err(e) => {
                     let s3 = to_s3(e);
@@ -140,7 +140,7 @@ pub(super) async fn copy_object(
     let input = req.input;
     // The copy's own ACL (never the source's), whatever the directive.
     let acl = super::acl::canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let replace = match input
         .metadata_directive
         .as_ref()
@@ -161,7 +161,12 @@ pub(super) async fn copy_object(
         Some(d) if d == "REPLACE" => true,
         Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive")),
     };
-    if !replace && !replace_tags && src_bucket == input.bucket && src_key == input.key {
+    if !replace
+        && !replace_tags
+        && src_bucket == input.bucket
+        && src_key == input.key
+        && src_version.is_none()
+    {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
@@ -170,8 +175,8 @@ pub(super) async fn copy_object(
     let replace_props = if replace || replace_tags {
         // What one directive does not replace comes from the source.
         let source = {
-            let (b, k) = (src_bucket.clone(), src_key.clone());
-            svc.point_read(move |store| store.head_object(&b, &k))
+            let (b, k, v) = (src_bucket.clone(), src_key.clone(), src_version.clone());
+            svc.point_read(move |store| store.head_object_version(&b, &k, v.as_deref()))
                 .await?
         };
         let tags = if replace_tags {
@@ -199,13 +204,14 @@ pub(super) async fn copy_object(
             input.copy_source_if_unmodified_since,
         ),
         acl,
-        source_version: None,
+        source_version: src_version.clone(),
     };
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
     let meta =
         blocking(move || store.copy_object(&src_bucket, &src_key, &bucket, &key, opts)).await?;
     let c = ChecksumFields::of(meta.checksum.as_ref());
+    let copy_source_version_id = src_version;
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&meta.etag)),
@@ -217,6 +223,8 @@ pub(super) async fn copy_object(
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
         }),
+        version_id: meta.version_id,
+        copy_source_version_id,
         ..Default::default()
     }))
 }
