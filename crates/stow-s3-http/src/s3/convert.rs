@@ -264,6 +264,13 @@ pub(super) fn decode_token(token: &str) -> S3Result<String> {
     Ok(key)
 }
 
+/// The version ID a write answers with (`x-amz-version-id` of PUT, copy
+/// and completion): the new version's, none for the null version (a
+/// suspended bucket), as AWS answers.
+pub(super) fn written_version(meta: &store::ObjectMeta) -> Option<String> {
+    meta.version_id.clone().filter(|v| v != "null")
+}
+
 /// The source of a copy: bucket, key, and the version named (`None`: the
 /// latest).
 pub(super) fn copy_source(src: &CopySource) -> S3Result<(String, String, Option<String>)> {

@@ -234,7 +234,7 @@ pub(super) async fn complete_multipart_upload(
         key: Some(input.key.clone()),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         e_tag: Some(etag(&meta.etag)),
-        version_id: meta.version_id.clone(),
+        version_id: written_version(&meta),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
         checksum_crc64nvme: c.crc64nvme,

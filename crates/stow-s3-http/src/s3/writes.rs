@@ -55,7 +55,7 @@ pub(super) async fn put_object(
         checksum_sha1: c.sha1,
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
-        version_id: meta.version_id,
+        version_id: written_version(&meta),
         ..Default::default()
     }))
 }
@@ -223,7 +223,7 @@ pub(super) async fn copy_object(
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
         }),
-        version_id: meta.version_id,
+        version_id: written_version(&meta),
         copy_source_version_id,
         ..Default::default()
     }))
