@@ -200,3 +200,28 @@ def test_versions_survive_a_restart(stow_bin, tmp_path):
         assert headers_of(e)["x-amz-version-id"] == marker
     finally:
         assert server.stop() == 0
+
+
+def test_a_workspace_view_keeps_no_versions(stow_bin, workdir):
+    """`workspace serve`: versioning cannot be enabled (501, said so), the
+    view answers as an unversioned bucket, and only the null version exists."""
+    from test_workspace_serve import prepare
+    from s3server import WorkspaceServer
+
+    p = prepare(stow_bin, workdir, {"seed.txt": b"seed"})
+    server = WorkspaceServer(stow_bin, p["workspace_id"], workdir / "reg")
+    try:
+        s3, bucket = server.client(), server.bucket
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            enable(s3, bucket)
+        assert code_of(e) == ("NotImplemented", 501)
+        assert "versions" in e.value.response["Error"]["Message"]
+        assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+        assert s3.get_object(Bucket=bucket, Key="seed.txt", VersionId="null")["Body"].read() == b"seed"
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket=bucket, Key="seed.txt", VersionId="0" * 32)
+        assert code_of(e) == ("NoSuchVersion", 404)
+        listed = s3.list_object_versions(Bucket=bucket)["Versions"]
+        assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed] == [("seed.txt", "null", True)]
+    finally:
+        assert server.stop() == 0
