@@ -101,7 +101,7 @@ def test_checkpoints_status_diff_rewind_and_undo(served, page):
     pg.locator("#ws-diff-rows tr").first.wait_for()
     diff_rows = {r.split("\t")[1]: r.split("\t")[0]
                  for r in pg.locator("#ws-diff-rows tr").all_inner_texts()}
-    assert diff_rows == {"a.txt": "changed", "docs/readme.md": "deleted", "new.txt": "added"}
+    assert diff_rows == {"a.txt": "modified", "docs/readme.md": "deleted", "new.txt": "added"}
     # A text file's line diff.
     pg.locator("#ws-diff-rows").get_by_role("button", name="Text diff of a.txt").click()
     lines = pg.locator("#ws-file-lines")

@@ -210,6 +210,10 @@ ln -s src/lib.rs lib-link.rs
 seq 1 3000 > generated.txt
 """
     subprocess.run(["sh", "-c", script], cwd=repo, check=True, env=env)
+    # Status says what kind of change each is, where diff says "changed".
+    st = ok(stow_bin, "status", env=env, cwd=repo)
+    kinds = {c["path"]: c["kind"] for c in st["changes"]}
+    assert (kinds["scripts/build.sh"], kinds["src/lib.rs"]) == ("mode_changed", "modified"), st
     message2 = "second ✓\nsed, mv, rm -r, chmod, ln -s and a generated file"
     c2 = ok(stow_bin, "checkpoint", "--message", message2, env=env, cwd=repo / "docs")
     assert c2["message"] == message2 and c2["workspace_id"] == ws_id
@@ -665,7 +669,7 @@ def test_nested_gitignore_files_leave_out_what_git_leaves_out(stow_bin, workdir,
     (repo / "lib" / "deep" / "er" / "data" / "new.bin").write_text("n")
     (repo / "app" / "keep.log").write_text("edited")
     st = ok(stow_bin, "status", cwd=repo, env=env)
-    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("app/keep.log", "changed")], st
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("app/keep.log", "modified")], st
     # A new nested .gitignore takes effect at once (through a watch too).
     watcher = subprocess.Popen([stow_bin, "workspace", "watch"], cwd=repo, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -677,11 +681,11 @@ def test_nested_gitignore_files_leave_out_what_git_leaves_out(stow_bin, workdir,
         (repo / "app" / "more" / ".gitignore").write_text("gen.txt\n")
         st = ok(stow_bin, "status", cwd=repo, env=env)
         assert [(c["path"], c["kind"]) for c in st["changes"]] == [
-            ("app/keep.log", "changed"), ("app/more/.gitignore", "added")], st
+            ("app/keep.log", "modified"), ("app/more/.gitignore", "added")], st
         (repo / "app" / "more" / ".gitignore").write_text("other\n")
         st = ok(stow_bin, "status", cwd=repo, env=env)
         assert [(c["path"], c["kind"]) for c in st["changes"]] == [
-            ("app/keep.log", "changed"), ("app/more/.gitignore", "added"),
+            ("app/keep.log", "modified"), ("app/more/.gitignore", "added"),
             ("app/more/gen.txt", "added")], st
         cp2 = ok(stow_bin, "checkpoint", cwd=repo, env=env)
     finally:
@@ -771,3 +775,39 @@ def test_the_users_global_git_excludes_apply_as_in_git(stow_bin, workdir, env):
     finally:
         watcher.terminate()
         watcher.wait(timeout=30)
+
+
+def test_status_kinds_tell_content_mode_and_type_changes_apart(stow_bin, workdir, env):
+    root = workdir / "kinds"
+    root.mkdir()
+    for name in ("edited", "chmodded", "removed", "retyped", "same"):
+        (root / name).write_text(f"{name}\n")
+    ok(stow_bin, "attach", "--root", root, env=env)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=root)["checkpoint_id"]
+    (root / "edited").write_text("other bytes\n")
+    (root / "chmodded").chmod(0o755)
+    (root / "removed").unlink()
+    (root / "retyped").unlink()
+    (root / "retyped").symlink_to("same")
+    (root / "new").write_text("new\n")
+    st = ok(stow_bin, "status", env=env, cwd=root)
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [
+        ("chmodded", "mode_changed"), ("edited", "modified"), ("new", "added"),
+        ("removed", "deleted"), ("retyped", "type_changed")], st
+    retyped = st["changes"][-1]
+    assert retyped["from"]["path"] == "retyped" and "to" not in retyped
+    assert [(l["path"], l["kind"], l["to"]) for l in st["links"]] == [("retyped", "added", "same")]
+    # Counted once each: the type change as changed, not as a deleted file
+    # and an added link.
+    assert (st["added"], st["changed"], st["deleted"], st["clean"]) == (1, 3, 1, False)
+    # A dry run lists the same entries; nothing changes.
+    plan = ok(stow_bin, "rewind", "--to", cp, "--dry-run", env=env, cwd=root)
+    assert [(c["path"], c["kind"]) for c in plan["changes"]] == \
+        [(c["path"], c["kind"]) for c in st["changes"]]
+    assert (root / "retyped").is_symlink() and (root / "edited").read_text() == "other bytes\n"
+    # The rewind puts every kind back.
+    ok(stow_bin, "rewind", "--to", cp, env=env, cwd=root)
+    back = ok(stow_bin, "status", "--against", cp, env=env, cwd=root)
+    assert back["clean"] and back["changes"] == [], back
+    assert not (root / "retyped").is_symlink() and (root / "retyped").read_text() == "retyped\n"
+    assert stat.S_IMODE((root / "chmodded").stat().st_mode) == 0o644

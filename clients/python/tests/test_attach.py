@@ -53,9 +53,9 @@ def test_attach_checkpoint_log_detach(tree: Path, tmp_path: Path, monkeypatch: p
     (tree / "src" / "main.py").write_text("print('changed')\n")
     st = stow_s3.workspace_status(cwd=tree / "src")
     assert (st["clean"], st["checkpoint_id"], st["changed"]) == (False, second["checkpoint_id"], 1)
-    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("src/main.py", "changed")]
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("src/main.py", "modified")]
     against_first = stow_s3.workspace_status(ws_id, against=first["checkpoint_id"], registry_dir=reg, team="platform")
-    assert [(c["path"], c["kind"]) for c in against_first["changes"]] == [("src/main.py", "changed")]
+    assert [(c["path"], c["kind"]) for c in against_first["changes"]] == [("src/main.py", "modified")]
     assert against_first["checkpoint_id"] == first["checkpoint_id"]
     (tree / "src" / "main.py").write_text("print('hello')\n")
 

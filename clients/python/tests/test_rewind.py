@@ -85,7 +85,7 @@ def test_dry_run_changes_nothing(attached: tuple[Path, Path, str, str]) -> None:
         ("notes.txt", "added"),
         ("src/deep/data.txt", "deleted"),
         ("src/deep/more.txt", "deleted"),
-        ("src/main.py", "changed"),
+        ("src/main.py", "modified"),
     ]
     assert files_under(root) == edited
     assert stow_s3.workspace_log(ws_id, registry_dir=reg)["checkpoints"] == checkpoints

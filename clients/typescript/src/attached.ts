@@ -93,7 +93,9 @@ export interface StatusOptions extends RegistryOptions {
 
 /**
  * `status [--id] [--against]`: the live tree against a checkpoint (default:
- * the head), as `diff`'s changes, with `clean` and counts; changes nothing.
+ * the head), as `diff`'s changes, with `clean` and counts; each change's
+ * `kind` is one of `added`, `deleted`, `modified`, `mode_changed`,
+ * `type_changed`. Changes nothing.
  */
 export async function workspaceStatus(options: StatusOptions = {}): Promise<WorkspaceJSON> {
   return runWorkspaceCommand(

@@ -80,9 +80,9 @@ test("attach, checkpoint with messages, log, detach", async () => {
   const st = await w.workspaceStatus({ cwd: join(root, "src"), env });
   assert.equal(st.clean, false);
   assert.equal(st.checkpoint_id, second.checkpoint_id);
-  assert.deepEqual(st.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "changed"]]);
+  assert.deepEqual(st.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "modified"]]);
   const vsFirst = await w.workspaceStatus({ id: ws.workspace_id, against: first.checkpoint_id, env });
-  assert.deepEqual(vsFirst.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "changed"]]);
+  assert.deepEqual(vsFirst.changes.map((c) => [c.path, c.kind]), [["src/main.ts", "modified"]]);
   writeFileSync(join(root, "src", "main.ts"), "export const x = 1;\n");
 
   const log = await w.workspaceLog({ cwd: join(root, "src"), env });

@@ -109,7 +109,7 @@ test("a dry run changes nothing", async () => {
     ["notes.txt", "added"],
     ["src/deep/data.txt", "deleted"],
     ["src/deep/more.txt", "deleted"],
-    ["src/main.ts", "changed"],
+    ["src/main.ts", "modified"],
   ]);
   assert.deepEqual(treeFiles(root), edited);
   assert.deepEqual(await w.workspaceLog({ ...R, id }), before);

@@ -52,9 +52,9 @@ pub struct StatusResult {
     pub added: u64,
     pub changed: u64,
     pub deleted: u64,
-    /// File changes in `diff`'s shape, sorted by path (`from`: the
-    /// checkpoint's entry, `to`: the tree's).
-    pub changes: Vec<Change>,
+    /// File changes in `diff`'s shape with finer kinds, sorted by path
+    /// (`from`: the checkpoint's entry, `to`: the tree's).
+    pub changes: Vec<StatusChange>,
     /// Symbolic links added, removed or retargeted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkChange>,
@@ -62,6 +62,59 @@ pub struct StatusResult {
     /// cursor of the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+}
+
+/// What happened to a file's path since the checkpoint: `diff`'s
+/// `changed` told apart by what changed, as `git status` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusKind {
+    Added,
+    Deleted,
+    /// The bytes differ (and maybe the mode).
+    Modified,
+    /// Only the permission bits differ.
+    ModeChanged,
+    /// A file where the checkpoint has a symbolic link, or the other way
+    /// round (the link's side is in `links`).
+    TypeChanged,
+}
+
+/// One file change of a status: a `diff` change whose kind says what
+/// changed.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusChange {
+    pub path: String,
+    pub kind: StatusKind,
+    /// The checkpoint's file at the path (absent: the tree added it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileEntry>,
+    /// The tree's file at the path (absent: the tree deleted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<FileEntry>,
+}
+
+impl StatusChange {
+    /// `diff`'s kind of this change: added, deleted (a type change counts
+    /// by its file's side) or changed.
+    pub fn diff_kind(&self) -> Kind {
+        match (&self.from, &self.to) {
+            (None, _) => Kind::Added,
+            (_, None) => Kind::Deleted,
+            _ => Kind::Changed,
+        }
+    }
+
+    /// The change as `diff` reports it (the MCP profile's entries).
+    pub fn to_diff(&self) -> Change {
+        Change {
+            path: self.path.clone(),
+            kind: self.diff_kind(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+        }
+    }
 }
 
 /// Most entries one page of a status may hold.
@@ -500,11 +553,48 @@ fn hash_now(root: &Path, path: &str) -> Result<[u8; 32]> {
 
 /// The result from the two sides' entries (each sorted by path).
 fn result(ws: &str, checkpoint_id: String, was: &Expanded, now: &Expanded) -> StatusResult {
-    let changes = diff_files(&was.files, &now.files);
     let links = diff_links(&was.links, &now.links);
+    let link_kind: HashMap<&str, Kind> = links.iter().map(|l| (l.path.as_str(), l.kind)).collect();
+    let changes: Vec<StatusChange> = diff_files(&was.files, &now.files)
+        .into_iter()
+        .map(|c| {
+            let kind = match (c.kind, link_kind.get(c.path.as_str())) {
+                (Kind::Added, Some(Kind::Deleted)) | (Kind::Deleted, Some(Kind::Added)) => {
+                    StatusKind::TypeChanged
+                }
+                (Kind::Added, _) => StatusKind::Added,
+                (Kind::Deleted, _) => StatusKind::Deleted,
+                (Kind::Changed, _) => match (&c.from, &c.to) {
+                    (Some(f), Some(t)) if f.sha256 == t.sha256 && f.size == t.size => {
+                        StatusKind::ModeChanged
+                    }
+                    _ => StatusKind::Modified,
+                },
+            };
+            StatusChange {
+                path: c.path,
+                kind,
+                from: c.from,
+                to: c.to,
+            }
+        })
+        .collect();
+    // A type change is counted once, as changed (by its file's entry).
+    let retyped: BTreeSet<&str> = changes
+        .iter()
+        .filter(|c| c.kind == StatusKind::TypeChanged)
+        .map(|c| c.path.as_str())
+        .collect();
     let count = |k: Kind| {
-        (changes.iter().filter(|c| c.kind == k).count()
-            + links.iter().filter(|l| l.kind == k).count()) as u64
+        let files = changes
+            .iter()
+            .filter(|c| c.kind != StatusKind::TypeChanged && c.diff_kind() == k)
+            .count();
+        let links = links
+            .iter()
+            .filter(|l| l.kind == k && !retyped.contains(l.path.as_str()))
+            .count();
+        (files + links) as u64
     };
     StatusResult {
         version: 1,
@@ -512,7 +602,7 @@ fn result(ws: &str, checkpoint_id: String, was: &Expanded, now: &Expanded) -> St
         checkpoint_id,
         clean: changes.is_empty() && links.is_empty(),
         added: count(Kind::Added),
-        changed: count(Kind::Changed),
+        changed: count(Kind::Changed) + retyped.len() as u64,
         deleted: count(Kind::Deleted),
         changes,
         links,

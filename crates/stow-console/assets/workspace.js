@@ -47,7 +47,7 @@ export function mountWorkspace(ui) {
       el(
         "tr",
         {},
-        el("td", { class: `kind-${c.kind}` }, c.kind),
+        el("td", { class: `kind-${c.kind}` }, c.kind.replace("_", " ")),
         el("td", { class: "name" }, c.path),
         el("td", {}, sizeOf(c) + detailOf(c)),
         between
@@ -166,7 +166,10 @@ export function mountWorkspace(ui) {
     const data = await attempt(() => api.diff(from, to));
     if (!data) return;
     const changes = data.changes || [];
-    const count = (kind) => changes.filter((c) => c.kind === kind).length;
+    // A status (the live side) tells modified, mode and type changes
+    // apart; the summary counts them all as changed, as a diff does.
+    const broad = (kind) => (kind === "added" || kind === "deleted" ? kind : "changed");
+    const count = (kind) => changes.filter((c) => broad(c.kind) === kind).length;
     const toName = to === "live" ? "the live tree" : short(to);
     $("ws-diff").hidden = false;
     $("ws-diff-summary").textContent =

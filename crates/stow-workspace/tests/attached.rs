@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use proptest::prelude::*;
-use stow_checkpoint::status::{status, status_monitored};
+use stow_checkpoint::status::{status, status_monitored, StatusChange, StatusKind};
 use stow_checkpoint::{self as checkpoint, history, CaptureOptions, CaptureSpec, TreeMonitor};
 use stow_workspace::attach::{attach, detach, AttachOptions};
 use stow_workspace::Registry;
@@ -251,7 +251,26 @@ proptest! {
             prop_assert_eq!(&watched.links, &st.links);
             let now = capture_with(&a, &format!("probe {step}"), via);
             let d = checkpoint::diff(&a.reg, &head, &now).unwrap();
-            prop_assert_eq!(&st.changes, &d.changes, "step {}: {:?}", step, e);
+            let as_diff: Vec<checkpoint::Change> =
+                st.changes.iter().map(StatusChange::to_diff).collect();
+            prop_assert_eq!(&as_diff, &d.changes, "step {}: {:?}", step, e);
+            // The finer kinds agree with the two sides.
+            for c in &st.changes {
+                let same_bytes = |f: &checkpoint::FileEntry, t: &checkpoint::FileEntry| {
+                    (&f.sha256, f.size) == (&t.sha256, t.size)
+                };
+                let fits = match (c.kind, &c.from, &c.to) {
+                    (StatusKind::Added, None, Some(_)) | (StatusKind::Deleted, Some(_), None) => true,
+                    (StatusKind::Modified, Some(f), Some(t)) => !same_bytes(f, t),
+                    (StatusKind::ModeChanged, Some(f), Some(t)) => same_bytes(f, t) && f.mode != t.mode,
+                    (StatusKind::TypeChanged, from, to) => {
+                        from.is_some() != to.is_some()
+                            && st.links.iter().any(|l| l.path == c.path)
+                    }
+                    _ => false,
+                };
+                prop_assert!(fits, "step {}: {:?}", step, c);
+            }
             prop_assert_eq!(&st.links, &d.links.unwrap_or_default());
             prop_assert_eq!(st.clean, st.changes.is_empty() && st.links.is_empty());
             // The probe moved the head: status against it is clean.

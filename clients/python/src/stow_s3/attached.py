@@ -90,8 +90,9 @@ def workspace_status(
 ) -> WorkspaceJSON:
     """``status [--id] [--against]``: the live tree against a checkpoint (default: the head),
     as ``diff``'s changes (``{"checkpoint_id", "clean", "added", "changed", "deleted",
-    "changes": [...], "links"?}``); changes nothing. Without ``id``, the workspace holding
-    ``cwd``."""
+    "changes": [...], "links"?}``), each change's ``kind`` one of ``added``, ``deleted``,
+    ``modified``, ``mode_changed``, ``type_changed``; changes nothing. Without ``id``, the
+    workspace holding ``cwd``."""
     args = _Args("status").opt("--id", id).opt("--against", against)
     return args.registry(registry_dir, team).run(env, cwd)
 

@@ -35,7 +35,7 @@ pub use apply::Conflict;
 
 use crate::bucket::WorkspaceBucket;
 use crate::capture::{capture_locked, CaptureOptions, CaptureSpec};
-use crate::diff::{Change, Kind, LinkChange};
+use crate::diff::{Kind, LinkChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, check_message, Origin};
 use crate::format::{load_summary, CheckpointManifest};
@@ -48,6 +48,7 @@ use crate::paths::{check_checkpoint_id, check_workspace_id};
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::{Record, Registry};
 use crate::statcache::StatCache;
+use crate::status::StatusChange;
 use crate::stored::load_manifest;
 use apply::Applier;
 use journal::{Journal, KeyDigests};
@@ -118,7 +119,7 @@ pub struct RewindResult {
     pub skipped: Vec<String>,
     /// Dry run: the tree against the checkpoint, as `status` reports it.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<Vec<Change>>,
+    pub changes: Option<Vec<StatusChange>>,
     #[serde(default, skip_deserializing, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkChange>,
     /// Answered from a keyed rewind's receipt.
@@ -561,7 +562,7 @@ fn dry_run(
                 p == s || (p.starts_with(s.as_str()) && p.as_bytes().get(s.len()) == Some(&b'/'))
             })
     };
-    let changes: Vec<Change> = s
+    let changes: Vec<StatusChange> = s
         .changes
         .into_iter()
         .filter(|c| in_scope(&c.path))
@@ -569,7 +570,10 @@ fn dry_run(
     let links: Vec<LinkChange> = s.links.into_iter().filter(|l| in_scope(&l.path)).collect();
     // Status compares checkpoint → tree: what the tree added, the rewind
     // deletes; everything else it writes.
-    let file_writes = changes.iter().filter(|c| c.kind != Kind::Added).count();
+    let file_writes = changes
+        .iter()
+        .filter(|c| c.diff_kind() != Kind::Added)
+        .count();
     // A path the tree holds as a file where the checkpoint has a link (or
     // the other way round) is replaced in one step, not deleted.
     let gone = |kind: Kind| -> std::collections::HashSet<&str> {
@@ -582,12 +586,12 @@ fn dry_run(
     let links_deleted = gone(Kind::Deleted);
     let files_deleted: std::collections::HashSet<&str> = changes
         .iter()
-        .filter(|c| c.kind == Kind::Deleted)
+        .filter(|c| c.diff_kind() == Kind::Deleted)
         .map(|c| c.path.as_str())
         .collect();
     let deleted = changes
         .iter()
-        .filter(|c| c.kind == Kind::Added && !links_deleted.contains(c.path.as_str()))
+        .filter(|c| c.diff_kind() == Kind::Added && !links_deleted.contains(c.path.as_str()))
         .count()
         + links
             .iter()

@@ -38,8 +38,8 @@ use crate::{CaptureOptions, CaptureSpec, CheckpointResult, TreeMonitor};
 pub use service::WatchService;
 
 /// The wire version of requests and replies (2: requests are tagged
-/// captures or rewinds; 3: and statuses).
-const PROTOCOL_VERSION: u32 = 3;
+/// captures or rewinds; 3: and statuses; 4: statuses with finer kinds).
+const PROTOCOL_VERSION: u32 = 4;
 
 /// A request line is refused past this size.
 const MAX_REQUEST_BYTES: u64 = 64 << 10;

@@ -69,7 +69,7 @@ impl WorkspaceCore {
         let total = nc + s.links.len();
         let mut env = self.page(&key, a.limit, a.cursor.as_deref(), total, |i| {
             if i < nc {
-                change_entry(&s.changes[i])
+                change_entry(&s.changes[i].to_diff())
             } else {
                 link_entry(&s.links[i - nc])
             }
@@ -230,7 +230,7 @@ fn rewind_envelope(r: RewindResult) -> WsEnvelope {
         env.entries = Some(
             changes
                 .iter()
-                .map(change_entry)
+                .map(|c| change_entry(&c.to_diff()))
                 .chain(r.links.iter().map(link_entry))
                 .collect(),
         );
