@@ -16,7 +16,7 @@
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use s3s::route::S3Route;
 use s3s::validation::{AwsNameValidation, NameValidation};
-use s3s::{s3_error, Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use std::sync::Arc;
 use stow_store::ObjectBackend;
 
@@ -58,19 +58,10 @@ impl S3Route for ResetRoute {
 
     async fn call(&self, _req: S3Request<Body>) -> S3Result<S3Response<Body>> {
         let store = Arc::clone(&self.store);
-        let report = tokio::task::spawn_blocking(move || match store.as_store() {
-            Some(store) => store.reset().map(Some),
-            None => Ok(None),
-        })
-        .await
-        .map_err(S3Error::internal_error)?
-        .map_err(to_s3)?;
-        let Some(report) = report else {
-            return Err(s3_error!(
-                NotImplemented,
-                "this server's objects cannot be reset (not a plain store)"
-            ));
-        };
+        let report = tokio::task::spawn_blocking(move || store.reset())
+            .await
+            .map_err(S3Error::internal_error)?
+            .map_err(to_s3)?;
         tracing::info!(
             buckets = report.buckets,
             objects = report.objects,

@@ -5,6 +5,7 @@ use std::io::Read;
 
 use crate::error::Result;
 use crate::model::*;
+use crate::reset::ResetReport;
 use crate::store::{ObjectRead, Store};
 
 /// Buckets, objects, listing and multipart uploads with S3 semantics.
@@ -15,10 +16,38 @@ use crate::store::{ObjectRead, Store};
 pub trait ObjectBackend: Send + Sync + 'static {
     /// Whether objects outlive the process.
     fn is_persistent(&self) -> bool;
-    /// The backend as a plain [`Store`], when it is one (for calls only a
-    /// store offers, such as [`Store::put_object_detached`]).
-    fn as_store(&self) -> Option<&Store> {
-        None
+    /// Whether a point read (one record, an inline body) is cheap enough
+    /// to run on an async runtime's own thread: no file is hashed or read
+    /// beyond an inline body. A protocol server then skips the hand-off to
+    /// a blocking thread.
+    fn point_reads_are_cheap(&self) -> bool {
+        false
+    }
+    /// Largest body [`ObjectBackend::put_object_detached`] commits without
+    /// a blocking thread; 0 when the backend has no such path.
+    fn detached_put_max(&self) -> usize {
+        0
+    }
+    /// Commits a body of at most [`ObjectBackend::detached_put_max`] bytes
+    /// as [`ObjectBackend::put_object`] does, without blocking the caller:
+    /// `done` gets the result from the backend's commit thread. Backends
+    /// without such a path run the plain put here.
+    fn put_object_detached(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+        opts: PutOptions,
+        done: Box<dyn FnOnce(Result<ObjectMeta>) + Send>,
+    ) {
+        done(self.put_object(bucket, key, &mut std::io::Cursor::new(body), opts));
+    }
+    /// Empties the backend in one step (every bucket, object, upload and
+    /// receipt), for test sessions; `not_implemented` where it cannot.
+    fn reset(&self) -> Result<ResetReport> {
+        Err(crate::StoreError::NotImplemented {
+            reason: "this backend cannot be reset (only a plain store can)".into(),
+        })
     }
     /// Name of the backend for status reports.
     fn backend_name(&self) -> &'static str {
@@ -285,8 +314,24 @@ impl ObjectBackend for Store {
     fn is_persistent(&self) -> bool {
         Store::is_persistent(self)
     }
-    fn as_store(&self) -> Option<&Store> {
-        Some(self)
+    fn point_reads_are_cheap(&self) -> bool {
+        true
+    }
+    fn detached_put_max(&self) -> usize {
+        crate::SMALL_BODY_MAX
+    }
+    fn put_object_detached(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+        opts: PutOptions,
+        done: Box<dyn FnOnce(Result<ObjectMeta>) + Send>,
+    ) {
+        Store::put_object_detached(self, bucket, key, body, opts, done)
+    }
+    fn reset(&self) -> Result<ResetReport> {
+        Store::reset(self)
     }
     fn usage(&self) -> Result<Usage> {
         Store::usage(self)

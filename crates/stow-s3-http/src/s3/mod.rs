@@ -52,8 +52,8 @@ impl StowS3 {
         &self,
         f: impl FnOnce(&dyn ObjectBackend) -> Result<T, StoreError> + Send + 'static,
     ) -> S3Result<T> {
-        if let Some(store) = self.store.as_store() {
-            return f(store).map_err(to_s3);
+        if self.store.point_reads_are_cheap() {
+            return f(self.store.as_ref()).map_err(to_s3);
         }
         let backend = self.store.clone();
         reading(move || f(backend.as_ref())).await

@@ -44,34 +44,31 @@ pub(super) async fn get_object(
         read_condition(conditions.check(&read.meta), &read.meta)?;
         Ok(read)
     };
-    let read = match svc.store.as_store() {
-        // On a plain store the lookup is a point read, and a body kept
-        // inline is in memory: only a body in files needs a thread.
-        Some(store) => {
-            let read = checked(open(store))?;
-            let len = read.body.len();
-            if read.body.in_memory() {
-                let body = response_body(read.body).map_err(S3Error::internal_error)?;
-                (read.meta, read.range, len, body)
-            } else {
-                off_runtime(move || {
-                    let body = response_body(read.body)?;
-                    Ok::<_, std::io::Error>((read.meta, read.range, len, body))
-                })
-                .await?
-                .map_err(S3Error::internal_error)?
-            }
-        }
-        None => {
-            let backend = svc.store.clone();
+    // On a plain store the lookup is a point read, and a body kept inline
+    // is in memory: only a body in files needs a thread.
+    let read = if svc.store.point_reads_are_cheap() {
+        let read = checked(open(svc.store.as_ref()))?;
+        let len = read.body.len();
+        if read.body.in_memory() {
+            let body = response_body(read.body).map_err(S3Error::internal_error)?;
+            (read.meta, read.range, len, body)
+        } else {
             off_runtime(move || {
-                let read = checked(open(backend.as_ref()))?;
-                let len = read.body.len();
-                let body = response_body(read.body).map_err(S3Error::internal_error)?;
-                Ok::<_, S3Error>((read.meta, read.range, len, body))
+                let body = response_body(read.body)?;
+                Ok::<_, std::io::Error>((read.meta, read.range, len, body))
             })
-            .await??
+            .await?
+            .map_err(S3Error::internal_error)?
         }
+    } else {
+        let backend = svc.store.clone();
+        off_runtime(move || {
+            let read = checked(open(backend.as_ref()))?;
+            let len = read.body.len();
+            let body = response_body(read.body).map_err(S3Error::internal_error)?;
+            Ok::<_, S3Error>((read.meta, read.range, len, body))
+        })
+        .await??
     };
     let (meta, range, len, body) = read;
     let c = match part.and_then(|n| part_checksum(&meta, n)) {

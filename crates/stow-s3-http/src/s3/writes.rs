@@ -30,17 +30,19 @@ pub(super) async fn put_object(
     };
     let body = request_body(input.body, input.content_length).await;
     let (bucket, key) = (input.bucket, input.key);
-    let meta = match (body, svc.store.as_store()) {
+    let meta = match body {
         // A small body of a plain store commits without a blocking
         // thread: the request waits for the store's commit thread.
-        (RequestBody::Complete(bytes), Some(store)) if bytes.len() <= store::SMALL_BODY_MAX => {
+        RequestBody::Complete(bytes) if bytes.len() <= svc.store.detached_put_max() => {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            store.put_object_detached(&bucket, &key, bytes, opts, move |r| {
+            let done = Box::new(move |r| {
                 let _ = tx.send(r);
             });
+            svc.store
+                .put_object_detached(&bucket, &key, bytes, opts, done);
             rx.await.map_err(S3Error::internal_error)?.map_err(to_s3)?
         }
-        (body, _) => {
+        body => {
             let mut reader = body.into_reader();
             let store = svc.store.clone();
             blocking(move || store.put_object(&bucket, &key, &mut reader, opts)).await?
