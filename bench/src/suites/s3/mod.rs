@@ -17,11 +17,15 @@
 //! the `moto_server` that `pyenv which` names, or `moto_server` on PATH.
 
 mod client;
+mod load;
+mod servers;
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+pub use load::{load, LoadArgs};
+pub(crate) use servers::start_ours;
+use servers::*;
+
+use std::io::Read;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::data::{mix, Pool, SEED};
@@ -39,7 +43,7 @@ pub(crate) const SECRET_KEY: &str = "stowbench-secret-key-0000000000000000";
 pub(crate) const REGION: &str = "us-east-1";
 const SMALL: u64 = 4 * 1024;
 const TINY: u64 = 64;
-const S3S_FS_VERSION: &str = "0.14.1";
+pub(crate) const S3S_FS_VERSION: &str = "0.14.1";
 
 /// Targets of the issue.
 const TARGET_VS_S3S_FS: f64 = 1.5;
@@ -100,255 +104,6 @@ impl Plan {
             }
         }
     }
-}
-
-/// User+system CPU time of process `pid`, from `/proc/PID/stat`.
-fn cpu_of(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as u64 } else { 100 };
-    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
-}
-
-/// A field of `/proc/PID/status` in KiB (`VmHWM:`, `VmRSS:`).
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line[field.len()..].split_whitespace().next()?.parse().ok()
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Ours,
-    S3sFs,
-    Moto,
-}
-
-impl Kind {
-    const ALL: [Kind; 3] = [Kind::Ours, Kind::S3sFs, Kind::Moto];
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Ours => "stow-s3",
-            Kind::S3sFs => "s3s-fs",
-            Kind::Moto => "moto",
-        }
-    }
-
-    fn slug(self) -> &'static str {
-        match self {
-            Kind::Ours => "stow_s3",
-            Kind::S3sFs => "s3s_fs",
-            Kind::Moto => "moto",
-        }
-    }
-}
-
-/// A running server.
-pub(crate) struct Server {
-    kind: Kind,
-    child: Child,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Server {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn cpu(&self) -> Option<Duration> {
-        cpu_of(self.pid())
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within 5 s.
-    pub(crate) fn stop(mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Where the peer binaries live.
-struct Bins {
-    ours: PathBuf,
-    s3s_fs: PathBuf,
-    moto: PathBuf,
-}
-
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(context("find a free port"))?;
-    Ok(l.local_addr()?.port())
-}
-
-/// Finds (or installs under `target/bench-peers/`) the server binaries.
-fn find_bins() -> Result<Bins> {
-    let exe = std::env::current_exe().map_err(context("locate the bench binary"))?;
-    let dir = exe.parent().ok_or("the bench binary has no directory")?;
-    let ours = crate::suites::mcp::server_binary()?;
-    let s3s_fs = match std::env::var_os("S3S_FS_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let target = dir
-                .parent()
-                .ok_or("the bench binary is not under target/")?;
-            let root = target.join("bench-peers").join("s3s-fs");
-            let bin = root.join("bin").join("s3s-fs");
-            if !bin.is_file() {
-                eprintln!(
-                    "installing s3s-fs {S3S_FS_VERSION} into {} (a peer: never committed)",
-                    root.display()
-                );
-                let status = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()))
-                    .args(["install", "s3s-fs", "--version"])
-                    .arg(format!("={S3S_FS_VERSION}"))
-                    .args(["--locked", "--features", "binary", "--root"])
-                    .arg(&root)
-                    .status()
-                    .map_err(context("run cargo install s3s-fs"))?;
-                if !status.success() {
-                    return Err(format!("cargo install s3s-fs failed: {status}").into());
-                }
-            }
-            bin
-        }
-    };
-    let moto = match std::env::var_os("MOTO_SERVER") {
-        Some(p) => PathBuf::from(p),
-        None => Command::new("pyenv")
-            .args(["which", "moto_server"])
-            .stderr(Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .map(|s| PathBuf::from(s.trim()))
-            .filter(|p| p.is_file())
-            .unwrap_or_else(|| PathBuf::from("moto_server")),
-    };
-    Ok(Bins { ours, s3s_fs, moto })
-}
-
-/// Starts `kind` on `dir`; returns it and its start-to-ready time (ms).
-fn start(kind: Kind, bins: &Bins, dir: &Path) -> Result<(Server, f64)> {
-    std::fs::create_dir_all(dir).map_err(context(format!("create {}", dir.display())))?;
-    match kind {
-        Kind::Ours => start_ours(&bins.ours, dir),
-        Kind::S3sFs => {
-            let port = free_port()?;
-            let mut cmd = Command::new(&bins.s3s_fs);
-            cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-                .arg(dir);
-            start_polled(kind, cmd, port, Duration::from_secs(30))
-        }
-        Kind::Moto => {
-            let port = free_port()?;
-            let mut cmd = Command::new(&bins.moto);
-            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .current_dir(dir);
-            start_polled(kind, cmd, port, Duration::from_secs(60))
-        }
-    }
-}
-
-/// Spawns a peer and polls its port until it accepts a connection.
-fn start_polled(kind: Kind, mut cmd: Command, port: u16, limit: Duration) -> Result<(Server, f64)> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let t = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(context(format!("start {}", kind.name())))?;
-    loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            return Ok((Server { kind, child, addr }, ms));
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("{} exited before it was ready: {status}", kind.name()).into());
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{} was not ready within {limit:?}", kind.name()).into());
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
-}
-
-/// Spawns `stow-s3 serve --port 0 --ready-fd N` and reads the readiness
-/// JSON line from the pipe.
-pub(crate) fn start_ours(bin: &Path, dir: &Path) -> Result<(Server, f64)> {
-    use std::os::fd::FromRawFd as _;
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()).into());
-    }
-    let [rfd, wfd] = fds;
-    // SAFETY: both descriptors were just created and are owned here; the
-    // read end is closed on exec, the write end is inherited by the child.
-    let reader = unsafe {
-        libc::fcntl(rfd, libc::F_SETFD, libc::FD_CLOEXEC);
-        std::fs::File::from_raw_fd(rfd)
-    };
-    // SAFETY: as above; dropped (closed) once the child has it.
-    let writer = unsafe { std::fs::File::from_raw_fd(wfd) };
-    let t = Instant::now();
-    let child = Command::new(bin)
-        .args(["serve", "--port", "0", "--ready-fd", &wfd.to_string()])
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-        .args(["--region", REGION])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(context(format!("start {}", bin.display())));
-    drop(writer);
-    let mut child = child?;
-    let mut line = String::new();
-    // Bounded: the child's exit closes the last write end (EOF).
-    BufReader::new(reader).read_line(&mut line)?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let ready: serde_json::Value = match serde_json::from_str(&line) {
-        Ok(v) => v,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("stow-s3 did not announce readiness (got {line:?})").into());
-        }
-    };
-    let endpoint = ready["endpoint"].as_str().unwrap_or("");
-    let addr: SocketAddr = endpoint
-        .trim_start_matches("http://")
-        .parse()
-        .map_err(context(format!("endpoint {endpoint:?}")))?;
-    Ok((
-        Server {
-            kind: Kind::Ours,
-            child,
-            addr,
-        },
-        ms,
-    ))
 }
 
 fn creds() -> Creds {
@@ -612,6 +367,11 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
 
 type Measured = (Vec<Figure>, Vec<Info>, Vec<String>);
 
+/// Runs every workload of the plan on the three servers in turn and
+/// returns the figures. Long because the workloads share the running
+/// servers, the body pool and the alternation order (A B C per
+/// repetition), which a split into one function per workload would have to
+/// pass around whole; each workload is one commented block.
 fn measure(plan: &Plan, bins: &Bins, dir: &Path, servers: &mut Vec<Server>) -> Result<Measured> {
     let mut info = Vec::new();
     let mut push = |name: String, value: f64, unit: &str| {
@@ -997,113 +757,4 @@ fn measure(plan: &Plan, bins: &Bins, dir: &Path, servers: &mut Vec<Server>) -> R
             .into(),
     );
     Ok((figures, info, notes))
-}
-
-/// Options of `stow-bench s3-load`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct LoadArgs {
-    /// Address of a running server (host:port).
-    #[arg(long)]
-    pub addr: SocketAddr,
-    #[arg(long, default_value = ACCESS_KEY)]
-    pub access_key: String,
-    #[arg(long, default_value = SECRET_KEY)]
-    pub secret_key: String,
-    /// Bucket to PUT into (created if missing).
-    #[arg(long, default_value = "load")]
-    pub bucket: String,
-    /// Body size in bytes.
-    #[arg(long, default_value_t = 4096)]
-    pub size: usize,
-    /// Connections (one worker thread each).
-    #[arg(long, default_value_t = 16)]
-    pub conns: usize,
-    /// How long to run.
-    #[arg(long, default_value_t = 10)]
-    pub seconds: u64,
-    /// GET instead: each connection PUTs one object, then reads it back
-    /// until the time is up.
-    #[arg(long)]
-    pub get: bool,
-    /// With `--get`: first write this many objects, then read keys picked
-    /// at random among them (0: each connection reads its own one object).
-    #[arg(long, default_value_t = 0)]
-    pub keys: usize,
-}
-
-/// Drives PUTs (or GETs) at a server someone else started, for profiling it (e.g.
-/// under `perf record -p`); prints the rate. Not a comparison.
-pub fn load(args: &LoadArgs) -> Result<()> {
-    let c = Creds {
-        access_key: args.access_key.clone(),
-        secret_key: args.secret_key.clone(),
-        region: REGION.into(),
-    };
-    let mut conn = Conn::new(args.addr, &c)?;
-    let r = conn.request("PUT", &format!("/{}", args.bucket), "", b"", false)?;
-    if r.status != 409 {
-        ok("create bucket", r)?;
-    }
-    let body = vec![0x5au8; args.size];
-    let cap = Duration::from_secs(args.seconds);
-    let start = Instant::now();
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let shared_key = |i: usize| format!("/{}/{stamp}/shared/{i}", args.bucket);
-    if args.get && args.keys > 0 {
-        run_threads(args.conns, |t| {
-            let mut conn = Conn::new(args.addr, &c)?;
-            for i in (t..args.keys).step_by(args.conns) {
-                ok(
-                    "PUT object",
-                    conn.request("PUT", &shared_key(i), "", &body, false)?,
-                )?;
-            }
-            Ok(Work::default())
-        })?;
-    }
-    let start = if args.keys > 0 { Instant::now() } else { start };
-    let run = run_threads(args.conns, |t| {
-        let mut conn = Conn::new(args.addr, &c)?;
-        let mut w = Work::default();
-        let read_back = format!("/{}/{stamp}/{t}/read", args.bucket);
-        if args.get && args.keys == 0 {
-            ok(
-                "PUT object",
-                conn.request("PUT", &read_back, "", &body, false)?,
-            )?;
-        }
-        // A cheap seeded generator: the same keys every run.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
-        while start.elapsed() < cap {
-            if args.get && args.keys > 0 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let key = shared_key((seed % args.keys as u64) as usize);
-                ok("GET object", conn.request("GET", &key, "", b"", false)?)?;
-            } else if args.get {
-                ok(
-                    "GET object",
-                    conn.request("GET", &read_back, "", b"", false)?,
-                )?;
-            } else {
-                let path = format!("/{}/{stamp}/{t}/{}", args.bucket, w.ops);
-                ok("PUT object", conn.request("PUT", &path, "", &body, false)?)?;
-            }
-            w.ops += 1;
-        }
-        Ok(w)
-    })?;
-    println!(
-        "{} {}s of {} bytes on {} connections in {:.2} s: {:.0} ops/s",
-        run.ops,
-        if args.get { "GET" } else { "PUT" },
-        args.size,
-        args.conns,
-        run.elapsed_s,
-        run.ops as f64 / run.elapsed_s
-    );
-    Ok(())
 }
