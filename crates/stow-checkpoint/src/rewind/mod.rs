@@ -149,19 +149,7 @@ impl RewindResult {
 /// Rewinds workspace `req.workspace_id` to checkpoint `req.to`.
 pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> {
     let ws = req.workspace_id;
-    check_workspace_id(ws)?;
-    check_checkpoint_id(req.to)?;
-    if let Some(m) = &req.message {
-        check_message(m)?;
-    }
-    let scope = check_scope(&req.paths)?;
-    if let Some(k) = req.request_key {
-        if k.is_empty() || k.len() > MAX_REQUEST_KEY_BYTES {
-            return Err(WsError::InvalidRequest(format!(
-                "a request key is 1 to {MAX_REQUEST_KEY_BYTES} bytes"
-            )));
-        }
-    }
+    let scope = check_request(req)?;
     let rec = registry.get(ws)?;
     if req.dry_run {
         return dry_run(registry, &rec, req.to, scope);
@@ -194,34 +182,7 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
         )));
     }
     check_scope_names_something(registry, &rec, req.to, &scope)?;
-    let head = history::head(registry, ws)?;
-    let undo = capture_locked(
-        registry,
-        &rec,
-        &format!("cp_{}", random_hex(12)),
-        &CaptureOptions {
-            spec: CaptureSpec {
-                include_sensitive,
-                portable,
-                max_bytes: if portable { u64::MAX } else { 0 },
-                max_files: if portable { u64::MAX } else { 0 },
-                message: Some(
-                    req.message
-                        .clone()
-                        .unwrap_or_else(|| format!("before rewind to {}", req.to)),
-                ),
-                ..Default::default()
-            },
-            origin: Some(Origin::Rewind),
-            // A clean tree's undo is its head, unless a message asks for a
-            // checkpoint of its own.
-            same_as: head.filter(|_| req.message.is_none()),
-            monitor: req.monitor,
-            progress: req.progress,
-            ..Default::default()
-        },
-        None,
-    )?;
+    let undo = undo_capture(registry, &rec, req, portable)?;
     clock.lap("undo capture");
     let undo_id = undo.checkpoint_id;
     let pair = compared(registry, &undo_id, req.to, scope.is_empty())?;
@@ -296,6 +257,64 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
              workspace {ws} finishes it"
         ))
     })
+}
+
+/// Checks a rewind request's arguments; returns its scope (`--paths`,
+/// normalized; empty for the whole tree).
+fn check_request(req: &RewindRequest) -> Result<Vec<String>> {
+    check_workspace_id(req.workspace_id)?;
+    check_checkpoint_id(req.to)?;
+    if let Some(m) = &req.message {
+        check_message(m)?;
+    }
+    let scope = check_scope(&req.paths)?;
+    if let Some(k) = req.request_key {
+        if k.is_empty() || k.len() > MAX_REQUEST_KEY_BYTES {
+            return Err(WsError::InvalidRequest(format!(
+                "a request key is 1 to {MAX_REQUEST_KEY_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(scope)
+}
+
+/// The capture a rewind takes first, so it can be undone (`origin:
+/// rewind`, "before rewind to CP" unless the request has a message); a
+/// portable target's undo holds the bucket view too, uncapped like the
+/// tree. A clean tree's undo is its head, unless a message asks for a
+/// checkpoint of its own.
+fn undo_capture(
+    registry: &Registry,
+    rec: &Record,
+    req: &RewindRequest,
+    portable: bool,
+) -> Result<crate::CheckpointResult> {
+    let head = history::head(registry, &rec.id)?;
+    capture_locked(
+        registry,
+        rec,
+        &format!("cp_{}", random_hex(12)),
+        &CaptureOptions {
+            spec: CaptureSpec {
+                include_sensitive: req.include_sensitive,
+                portable,
+                max_bytes: if portable { u64::MAX } else { 0 },
+                max_files: if portable { u64::MAX } else { 0 },
+                message: Some(
+                    req.message
+                        .clone()
+                        .unwrap_or_else(|| format!("before rewind to {}", req.to)),
+                ),
+                ..Default::default()
+            },
+            origin: Some(Origin::Rewind),
+            same_as: head.filter(|_| req.message.is_none()),
+            monitor: req.monitor,
+            progress: req.progress,
+            ..Default::default()
+        },
+        None,
+    )
 }
 
 /// Runs a journal's steps with `applier`, then ends the rewind (flush,
