@@ -52,7 +52,8 @@ impl Report {
         Ok(())
     }
 
-    /// The human-readable table.
+    /// The human-readable table. Long because it lays out every section
+    /// (figures, spreads, ratios, info, notes) in one pass over the report.
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(

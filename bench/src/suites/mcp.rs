@@ -371,7 +371,9 @@ fn cold_start(bin: &Path, dir: &Path) -> Result<(f64, u64)> {
     Ok((ms, hwm))
 }
 
-/// Runs the mcp suite.
+/// Runs the mcp suite. Long because its workloads share one running
+/// server per side and run in a fixed, alternating order; each is one
+/// commented block.
 pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -115,7 +115,9 @@ fn serve_with(bin: &Path, reg: &Path, ws: &str, extra: &[&str]) -> Result<Server
     Ok(s)
 }
 
-/// Runs the mcp-workspace suite.
+/// Runs the mcp-workspace suite. Long because its workloads share one
+/// server and workspace and run in a fixed order; each is one commented
+/// block.
 pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -173,6 +173,9 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     })
 }
 
+/// Runs the remote workloads (first push, push after changes, pull, adopt)
+/// against `aws s3 sync`. Long because they share the server, the
+/// registries and the alternation order; each is one commented block.
 #[allow(clippy::too_many_arguments)]
 fn measure(
     plan: &Plan,

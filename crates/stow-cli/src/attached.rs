@@ -115,6 +115,10 @@ pub enum AttachedCommand {
     },
 }
 
+/// Runs one verb of the attached-workspace family (attach, detach,
+/// status, log, rewind) and returns the JSON document the CLI prints. Long
+/// because it is the one match over those verbs; each arm only turns parsed
+/// arguments into one library call.
 pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
     use AttachedCommand as A;
     match cmd {

@@ -429,6 +429,9 @@ pub(crate) fn mismatched_reply() -> CliError {
     )
 }
 
+/// Runs one `workspace` verb and returns the JSON document the CLI
+/// prints. Long because it is the one match over the verbs; each arm only
+/// turns parsed arguments into one library call and its result.
 pub fn run(cmd: WorkspaceCommand) -> Result<serde_json::Value, CliError> {
     use WorkspaceCommand as C;
     match cmd {

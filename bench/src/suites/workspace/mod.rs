@@ -331,7 +331,9 @@ pub(crate) fn bench_workspace(
     Ok((ws, tree_bytes, record))
 }
 
-/// Runs the workspace suite.
+/// Runs the workspace suite. Long because its workloads run in one fixed
+/// order on one tree and registry (each commented block builds on the state
+/// the one before left), alternating stow-s3 and git per repetition.
 pub fn run(args: &SuiteArgs) -> Result<Report> {
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -113,7 +113,8 @@ pub(super) fn more_figures(
 
 /// Export, preview and import + adopt of checkpoint `cp` of `reg` next to
 /// `tar czf`, `tar tzf` and `tar xzf` of the same tree; a delta of 10
-/// changed files.
+/// changed files. Long because the five comparisons run on the same
+/// checkpoint and tree in one alternating loop.
 #[allow(clippy::too_many_arguments)]
 fn transfer(
     plan: &Plan,
