@@ -6,36 +6,9 @@ use std::io::Cursor;
 
 use stow_store::*;
 
-struct Fixture {
-    store: Store,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let problems = self.store.verify().expect("verify runs");
-        if !std::thread::panicking() {
-            assert!(problems.is_empty(), "store inconsistent: {problems:?}");
-        }
-    }
-}
-
-fn disk(opts: StoreOptions) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    Fixture {
-        store: Store::open(dir.path().join("data"), opts).unwrap(),
-        _dir: Some(dir),
-    }
-}
-
-fn memory(opts: StoreOptions) -> Fixture {
-    Fixture {
-        store: Store::memory(opts).unwrap(),
-        _dir: None,
-    }
-}
-
-type Make = fn(StoreOptions) -> Fixture;
+#[path = "common/mod.rs"]
+mod common;
+use common::*;
 
 macro_rules! both {
     ($($name:ident),* $(,)?) => {$(

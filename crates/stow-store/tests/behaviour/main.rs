@@ -7,6 +7,10 @@ use std::sync::{Arc, Barrier};
 use md5::Digest as _;
 use stow_store::*;
 
+#[path = "../common/mod.rs"]
+mod common;
+use common::*;
+
 mod bucket_listing;
 mod conditional;
 mod objects;
@@ -19,36 +23,6 @@ use objects::*;
 use saves::*;
 use uploads::*;
 use usage::*;
-
-/// A store plus whatever keeps it alive (the temporary directory).
-struct Fixture {
-    store: Store,
-    dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let problems = self.store.verify().expect("verify runs");
-        if !std::thread::panicking() {
-            assert!(problems.is_empty(), "store inconsistent: {problems:?}");
-        }
-    }
-}
-
-fn disk(opts: StoreOptions) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    Fixture {
-        store: Store::open(dir.path().join("data"), opts).unwrap(),
-        dir: Some(dir),
-    }
-}
-
-fn memory(opts: StoreOptions) -> Fixture {
-    Fixture {
-        store: Store::memory(opts).unwrap(),
-        dir: None,
-    }
-}
 
 macro_rules! behaviour {
     ($($name:ident),* $(,)?) => {$(
@@ -89,8 +63,6 @@ behaviour!(
     upload_cap,
     read_conditions,
 );
-
-type Make = fn(StoreOptions) -> Fixture;
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {
     s.put_object(b, k, &mut Cursor::new(body), PutOptions::default())
