@@ -10,22 +10,7 @@ use stow_store::*;
 mod common;
 use common::*;
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn disk() {
-                super::$name(super::disk);
-            }
-            #[test]
-            fn memory() {
-                super::$name(super::memory);
-            }
-        }
-    )*};
-}
-
-both!(
+on_both_backends!(
     enabled_keeps_every_version,
     delete_markers,
     deleting_versions_promotes_the_next,

@@ -24,22 +24,7 @@ use saves::*;
 use uploads::*;
 use usage::*;
 
-macro_rules! behaviour {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn disk() {
-                super::$name(super::disk);
-            }
-            #[test]
-            fn memory() {
-                super::$name(super::memory);
-            }
-        }
-    )*};
-}
-
-behaviour!(
+on_both_backends!(
     buckets,
     put_get_roundtrip,
     keys_are_opaque_and_validated,

@@ -40,3 +40,23 @@ pub fn memory(opts: StoreOptions) -> Fixture {
 
 /// Either backend's constructor, for tests run against both.
 pub type Make = fn(StoreOptions) -> Fixture;
+
+/// Runs each named test function (taking a [`Make`]) on both backends: a
+/// module per function holding a `disk` and a `memory` test. The calling
+/// file imports this module's items at its root (`use common::*`).
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn disk() {
+                super::$name(super::disk);
+            }
+            #[test]
+            fn memory() {
+                super::$name(super::memory);
+            }
+        }
+    )*};
+}
+#[allow(unused_imports, reason = "a macro is used by its callers' expansion")]
+pub(crate) use on_both_backends;
