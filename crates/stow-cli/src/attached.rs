@@ -9,8 +9,9 @@ use clap::Subcommand;
 use stow_checkpoint::progress::Progress;
 use stow_checkpoint::watch_service::{self, RewindCall, StatusCall, WatchReply};
 
+use crate::args::RegistryArgs;
+use crate::output::json;
 use crate::progress::TerminalBar;
-use crate::workspace::{json, RegistryArgs};
 use crate::CliError;
 
 /// The verbs of attached workspaces (flattened into `workspace`).
@@ -180,7 +181,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                 WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
                 WatchReply::Captured { .. }
                 | WatchReply::Keyed { .. }
-                | WatchReply::Rewound { .. } => Err(crate::workspace::mismatched_reply()),
+                | WatchReply::Rewound { .. } => Err(crate::output::mismatched_reply()),
             }
         }
         A::Rewind {
@@ -228,7 +229,7 @@ pub fn run(cmd: AttachedCommand) -> Result<serde_json::Value, CliError> {
                     }
                     WatchReply::Captured { .. }
                     | WatchReply::Keyed { .. }
-                    | WatchReply::Status { .. } => return Err(crate::workspace::mismatched_reply()),
+                    | WatchReply::Status { .. } => return Err(crate::output::mismatched_reply()),
                 }
             };
             match result.error() {

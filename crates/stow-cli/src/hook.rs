@@ -86,15 +86,15 @@ fn hook(payload_arg: Option<String>, print: bool) -> Result<Value, CliError> {
     };
     match capture_when_free(&registry, &req) {
         WatchReply::Keyed { envelope, message } => match &envelope.error {
-            None if print => crate::workspace::json(&envelope),
+            None if print => crate::output::json(&envelope),
             None => Ok(Value::Null),
             Some(e) => Err(CliError::new(e.code.clone(), message.unwrap_or_default())),
         },
-        WatchReply::Captured { result } if print => crate::workspace::json(result),
+        WatchReply::Captured { result } if print => crate::output::json(result),
         WatchReply::Captured { .. } => Ok(Value::Null),
         WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
         WatchReply::Rewound { .. } | WatchReply::Status { .. } => {
-            Err(crate::workspace::mismatched_reply())
+            Err(crate::output::mismatched_reply())
         }
     }
 }

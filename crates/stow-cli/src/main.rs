@@ -3,9 +3,11 @@
 //! diagnostics go to stderr. Exit codes: 0 success, 1 refused or failed,
 //! 2 usage error.
 
+mod args;
 mod attached;
 mod hook;
 mod mcp;
+mod output;
 mod progress;
 mod receipts;
 mod remote;

@@ -11,8 +11,9 @@ use stow_checkpoint::remote::{self, Connector, PullOptions, PushOptions, RemoteS
 use stow_checkpoint::Registry;
 use stow_remote::{S3Connector, DEFAULT_TIMEOUT};
 
+use crate::args::{RegistryArgs, TransferArgs};
+use crate::output::json;
 use crate::progress::TerminalBar;
-use crate::workspace::{json, RegistryArgs, TransferArgs};
 use crate::CliError;
 
 #[derive(Subcommand)]

@@ -171,7 +171,7 @@ pub struct WorkspaceServeArgs {
     #[arg(long)]
     pub(crate) id: Option<String>,
     #[command(flatten)]
-    pub(crate) registry: crate::workspace::RegistryArgs,
+    pub(crate) registry: crate::args::RegistryArgs,
     #[command(flatten)]
     listen: ListenArgs,
     /// Port to listen on; 0 (the default) picks a free one.

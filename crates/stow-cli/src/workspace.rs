@@ -3,17 +3,19 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use stow_checkpoint::archive::{self, ArchiveLimits, ExportOptions, ImportOptions};
 use stow_checkpoint::delta::{self, ApplyOptions, DeltaOptions};
 use stow_checkpoint::watch_service::{self, CaptureRequest, WatchReply};
 use stow_checkpoint::CaptureSpec;
-use stow_checkpoint::{Registry, WsError};
+use stow_checkpoint::WsError;
 use stow_workspace::admin::{self, PolicyUpdate};
 use stow_workspace::handoff::AdoptOptions;
 use stow_workspace::restore::{self, RestoreLimits};
 use stow_workspace::{handoff, open};
 
+use crate::args::{RegistryArgs, TransferArgs};
+use crate::output::{json, mismatched_reply};
 use crate::progress::TerminalBar;
 use crate::CliError;
 use stow_checkpoint::progress::Progress;
@@ -21,71 +23,6 @@ use stow_checkpoint::progress::Progress;
 impl From<WsError> for CliError {
     fn from(e: WsError) -> Self {
         CliError::new(e.code().to_string(), e.to_string())
-    }
-}
-
-/// Registry selection shared by every registry-scoped verb.
-#[derive(Args, Clone, Default)]
-pub struct RegistryArgs {
-    /// Registry root (default: $XDG_CONFIG_HOME/stow-s3/workspaces).
-    #[arg(long)]
-    registry_dir: Option<PathBuf>,
-    /// Team partition (<registry-dir>/teams/<team>).
-    #[arg(long)]
-    team: Option<String>,
-}
-
-impl RegistryArgs {
-    pub(crate) fn open(&self) -> Result<Registry, WsError> {
-        Registry::resolve(self.registry_dir.as_deref(), self.team.as_deref())
-    }
-
-    /// The workspace a verb acts on and its partition: `--id` when given,
-    /// else the workspace holding the current directory (the nearest
-    /// ancestor with a workspace identity), whose identity names its
-    /// registry and team unless `--registry-dir`/`--team` say otherwise.
-    pub(crate) fn workspace(&self, id: Option<String>) -> Result<(String, Registry), CliError> {
-        if let Some(id) = id {
-            return Ok((id, self.open()?));
-        }
-        let cwd = std::env::current_dir()
-            .map_err(|e| CliError::new("io_failure", format!("current directory: {e}")))?;
-        let Some((_, ident)) = stow_workspace::find_workspace(&cwd) else {
-            return Err(CliError::usage(format!(
-                "no --id given and no workspace at or above {}; run `stow-s3 workspace attach` \
-                 there to make it one, or pass --id",
-                cwd.display()
-            )));
-        };
-        let registry = if self.registry_dir.is_some() || self.team.is_some() {
-            self.open()?
-        } else {
-            Registry::resolve(ident.registry_dir.as_deref(), ident.team.as_deref())?
-        };
-        Ok((ident.workspace_id, registry))
-    }
-}
-
-/// Bounds and the sensitive-path opt-in of the transfer verbs.
-#[derive(Args, Clone, Default)]
-pub struct TransferArgs {
-    /// Payload byte bound (default 1 GiB).
-    #[arg(long, default_value_t = 0)]
-    max_bytes: u64,
-    /// Payload count bound (default 100,000).
-    #[arg(long, default_value_t = 0)]
-    max_files: u64,
-    /// Allow sensitive-looking paths (.env, keys, credentials).
-    #[arg(long)]
-    pub(crate) include_sensitive: bool,
-}
-
-impl TransferArgs {
-    pub(crate) fn limits(&self) -> ArchiveLimits {
-        ArchiveLimits {
-            max_bytes: self.max_bytes,
-            max_files: self.max_files,
-        }
     }
 }
 
@@ -399,10 +336,6 @@ pub enum PolicyCommand {
     },
 }
 
-pub(crate) fn json<T: serde::Serialize>(v: T) -> Result<serde_json::Value, CliError> {
-    serde_json::to_value(v).map_err(|e| CliError::new("internal", format!("encode result: {e}")))
-}
-
 /// A capture's reply as the CLI answers it. The keyed form prints its
 /// envelope even when it carries an error, and then exits 1 (the envelope,
 /// not `{"error"}`, is the one JSON document).
@@ -419,14 +352,6 @@ fn captured(reply: WatchReply) -> Result<serde_json::Value, CliError> {
         WatchReply::Refused { code, message, .. } => Err(CliError::new(code, message)),
         WatchReply::Rewound { .. } | WatchReply::Status { .. } => Err(mismatched_reply()),
     }
-}
-
-/// A watch service answered a request of one kind with a reply of another.
-pub(crate) fn mismatched_reply() -> CliError {
-    CliError::new(
-        "internal",
-        "the watch service answered with a reply of another kind",
-    )
 }
 
 /// Runs one `workspace` verb and returns the JSON document the CLI
