@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use stow_checkpoint::watch_service::WatchReply;
 use stow_checkpoint::WsError;
 use stow_workspace::handoff::HandoffDocument;
 
@@ -98,6 +99,34 @@ pub struct ErrorView {
 }
 
 impl WsEnvelope {
+    /// The envelope of a request a watch service (or this process in its
+    /// stead) refused: `outcome_unknown` is an unknown outcome, retryable
+    /// with its key; anything else changed nothing.
+    pub(super) fn watch_refusal(code: &str, message: String, retryable: bool) -> WsEnvelope {
+        let unknown = code == WsError::OutcomeUnknown(String::new()).code();
+        let (outcome, phase) = if unknown {
+            ("unknown", "apply")
+        } else {
+            ("not_committed", "validate")
+        };
+        let mut env = WsEnvelope::refused(outcome, code, phase, message);
+        if let Some(err) = env.error.as_mut() {
+            err.attempts = 1;
+            err.retryable = retryable || unknown;
+        }
+        env
+    }
+
+    /// A watch service answered with a reply of another kind.
+    pub(super) fn mismatched(reply: &WatchReply) -> WsEnvelope {
+        WsEnvelope::refused(
+            "unknown",
+            "internal",
+            "apply",
+            format!("the watch service answered with a reply of another kind: {reply:?}"),
+        )
+    }
+
     /// An envelope with only an outcome.
     pub fn new(outcome: &'static str) -> WsEnvelope {
         WsEnvelope {

@@ -150,8 +150,8 @@ impl WorkspaceCore {
                     code,
                     message,
                     retryable,
-                } => refused_reply(&code, message, retryable),
-                other => mismatched(&other),
+                } => WsEnvelope::watch_refusal(&code, message, retryable),
+                other => WsEnvelope::mismatched(&other),
             };
         }
         let req = RewindRequest {
@@ -178,34 +178,6 @@ impl WorkspaceCore {
             Err(e) => WsEnvelope::from_error("not_committed", "validate", &e),
         }
     }
-}
-
-/// The envelope of a request a watch service (or this process in its
-/// stead) refused: `outcome_unknown` is an unknown outcome, retryable with
-/// its key; anything else changed nothing.
-pub(super) fn refused_reply(code: &str, message: String, retryable: bool) -> WsEnvelope {
-    let unknown = code == WsError::OutcomeUnknown(String::new()).code();
-    let (outcome, phase) = if unknown {
-        ("unknown", "apply")
-    } else {
-        ("not_committed", "validate")
-    };
-    let mut env = WsEnvelope::refused(outcome, code, phase, message);
-    if let Some(err) = env.error.as_mut() {
-        err.attempts = 1;
-        err.retryable = retryable || unknown;
-    }
-    env
-}
-
-/// A watch service answered with a reply of another kind.
-pub(super) fn mismatched(reply: &WatchReply) -> WsEnvelope {
-    WsEnvelope::refused(
-        "unknown",
-        "internal",
-        "apply",
-        format!("the watch service answered with a reply of another kind: {reply:?}"),
-    )
 }
 
 /// The envelope of a rewind that ran (committed, conflicts or not) or was

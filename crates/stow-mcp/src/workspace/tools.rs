@@ -234,8 +234,8 @@ impl WorkspaceCore {
                 code,
                 message,
                 retryable,
-            } => super::rewind::refused_reply(&code, message, retryable),
-            other => super::rewind::mismatched(&other),
+            } => WsEnvelope::watch_refusal(&code, message, retryable),
+            other => WsEnvelope::mismatched(&other),
         }
     }
 
