@@ -2,7 +2,7 @@
 //! backing directory's open objects, the durability model, and the "power
 //! is off" switch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,13 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use fuser::Errno;
 
 use crate::error::{Context, Error, Result};
-use crate::model::{CutMode, CutStats, Entry, Kind, Model};
+use crate::model::{list_dir, CutMode, CutStats, Model, STATE_DIR};
 use crate::sys;
-
-/// The hidden directory inside the backing directory that holds the
-/// model's durable copies and the stash of unlinked inodes; never shown
-/// through the mount.
-pub const STATE_DIR: &str = ".powerloss-state";
 
 /// The extended attribute whose lookup means "syncfs was called on this
 /// file system" (sent by the `syncfs` shim, see the README).
@@ -178,7 +173,8 @@ impl Core {
         }
         let stats = g.model.cut(mode)?;
         g.handles.clear();
-        let (files, dirs) = crate::rebuild::rebuild(self, &g.model)?;
+        let (files, dirs) =
+            crate::rebuild::rebuild(&self.backing, &self.state, self.root, &g.model)?;
         Ok(CutReport { stats, files, dirs })
     }
 }
@@ -227,38 +223,6 @@ impl Inner {
         self.stash_seq += 1;
         let to = OsString::from(self.stash_seq.to_string());
         sys::link_fd(fd, self.stash.as_raw_fd(), &to)
-    }
-}
-
-/// The entries of a directory (the state directory left out of the
-/// backing root), as the model records them.
-pub(crate) fn list_dir(path: &Path, is_root: bool) -> std::io::Result<BTreeMap<OsString, Entry>> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(path)? {
-        let e = e?;
-        let name = e.file_name();
-        if is_root && name == STATE_DIR {
-            continue;
-        }
-        let m = e.metadata()?;
-        out.insert(
-            name,
-            Entry {
-                ino: m.ino(),
-                kind: kind_of_mode(m.mode()),
-            },
-        );
-    }
-    Ok(out)
-}
-
-/// The model's kind of a `st_mode`.
-pub(crate) fn kind_of_mode(mode: u32) -> Kind {
-    match mode & libc::S_IFMT {
-        libc::S_IFREG => Kind::File,
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
     }
 }
 

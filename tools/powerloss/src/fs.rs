@@ -12,8 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileHandle, FileType, INodeNo};
 
-use crate::core::{io_errno, kind_of_mode, model_errno, Core, Handle, Inner, Node, SYNCFS_XATTR};
-use crate::model::{Entry, Kind};
+use crate::core::{io_errno, model_errno, Core, Handle, Inner, Node, SYNCFS_XATTR};
+use crate::model::{kind_of_mode, Entry, Kind};
 use crate::sys;
 
 /// How long the kernel may cache entries and attributes (every change
@@ -351,7 +351,7 @@ impl PowerlossFs {
             (ino, FileType::Directory, OsString::from("..")),
         ];
         let listed =
-            crate::core::list_dir(&sys::proc_path(fd), b == self.core.root).map_err(io_errno)?;
+            crate::model::list_dir(&sys::proc_path(fd), b == self.core.root).map_err(io_errno)?;
         for (name, e) in listed {
             let t = match e.kind {
                 Kind::File => FileType::RegularFile,

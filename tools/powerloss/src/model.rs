@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use rand::rngs::SmallRng;
@@ -360,6 +360,43 @@ fn apply_data<'a>(path: &Path, ops: impl Iterator<Item = &'a DataOp>) -> Result<
         .ctx(|| format!("apply to {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The hidden directory inside the backing directory that holds the
+/// model's durable copies and the stash of unlinked inodes; never shown
+/// through the mount.
+pub const STATE_DIR: &str = ".powerloss-state";
+
+/// The entries of a directory (the state directory left out of the
+/// backing root), as the model records them.
+pub(crate) fn list_dir(path: &Path, is_root: bool) -> std::io::Result<BTreeMap<OsString, Entry>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(path)? {
+        let e = e?;
+        let name = e.file_name();
+        if is_root && name == STATE_DIR {
+            continue;
+        }
+        let m = e.metadata()?;
+        out.insert(
+            name,
+            Entry {
+                ino: m.ino(),
+                kind: kind_of_mode(m.mode()),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The model's kind of a `st_mode`.
+pub(crate) fn kind_of_mode(mode: u32) -> Kind {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => Kind::File,
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
 }
 
 #[cfg(test)]

@@ -13,9 +13,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::core::{list_dir, Core, STATE_DIR};
 use crate::error::{Context, Result};
-use crate::model::{Entry, Kind, Model};
+use crate::model::{list_dir, Entry, Kind, Model, STATE_DIR};
 
 /// Where a live inode is now, and its mode and device number.
 struct Live {
@@ -26,26 +25,26 @@ struct Live {
 
 /// Rebuilds `core`'s backing directory from `model`'s durable state;
 /// returns the files and directories written.
-pub fn rebuild(core: &Core, model: &Model) -> Result<(usize, usize)> {
+pub fn rebuild(backing: &Path, state: &Path, root: u64, model: &Model) -> Result<(usize, usize)> {
     let mut live = HashMap::new();
-    walk(&core.backing, true, &mut live)?;
-    walk(&core.state.join("stash"), false, &mut live)?;
-    let out = core.state.join("rebuild");
+    walk(backing, true, &mut live)?;
+    walk(&state.join("stash"), false, &mut live)?;
+    let out = state.join("rebuild");
     std::fs::create_dir(&out).ctx(|| format!("mkdir {}", out.display()))?;
     let mut b = Builder {
         model,
         live,
-        root: core.root,
+        root,
         built: HashMap::new(),
         seen: HashSet::new(),
         files: 0,
         dirs: 0,
     };
-    b.dir(core.root, &out)?;
-    let trash = core.state.join("trash");
+    b.dir(root, &out)?;
+    let trash = state.join("trash");
     std::fs::create_dir(&trash).ctx(|| format!("mkdir {}", trash.display()))?;
-    for e in std::fs::read_dir(&core.backing).ctx(|| format!("list {}", core.backing.display()))? {
-        let e = e.ctx(|| format!("list {}", core.backing.display()))?;
+    for e in std::fs::read_dir(backing).ctx(|| format!("list {}", backing.display()))? {
+        let e = e.ctx(|| format!("list {}", backing.display()))?;
         if e.file_name() == STATE_DIR {
             continue;
         }
@@ -54,10 +53,10 @@ pub fn rebuild(core: &Core, model: &Model) -> Result<(usize, usize)> {
     }
     for e in std::fs::read_dir(&out).ctx(|| format!("list {}", out.display()))? {
         let e = e.ctx(|| format!("list {}", out.display()))?;
-        let to = core.backing.join(e.file_name());
+        let to = backing.join(e.file_name());
         std::fs::rename(e.path(), &to).ctx(|| format!("move {}", e.path().display()))?;
     }
-    std::fs::remove_dir_all(&core.state).ctx(|| format!("remove {}", core.state.display()))?;
+    std::fs::remove_dir_all(state).ctx(|| format!("remove {}", state.display()))?;
     Ok((b.files, b.dirs))
 }
 

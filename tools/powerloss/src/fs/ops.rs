@@ -96,7 +96,7 @@ impl Filesystem for PowerlossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let kind = crate::core::kind_of_mode(mode);
+        let kind = crate::model::kind_of_mode(mode);
         let r = self.make(parent.0, name, kind, |p| {
             sys::mknod_at(p, name, mode & !umask, rdev)
         });
