@@ -225,3 +225,41 @@ def test_a_workspace_view_keeps_no_versions(stow_bin, workdir):
         assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed] == [("seed.txt", "null", True)]
     finally:
         assert server.stop() == 0
+
+
+def test_tags_and_acls_by_version(s3):
+    s3.create_bucket(Bucket="vtags")
+    enable(s3, "vtags")
+    v1 = s3.put_object(Bucket="vtags", Key="k", Body=b"one", Tagging="a=1")["VersionId"]
+    v2 = s3.put_object(Bucket="vtags", Key="k", Body=b"two", Tagging="b=2")["VersionId"]
+    # Reads by version answer that version's tags and name it.
+    got = s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=v1)
+    assert (got["TagSet"], got["VersionId"]) == ([{"Key": "a", "Value": "1"}], v1)
+    got = s3.get_object_tagging(Bucket="vtags", Key="k")
+    assert (got["TagSet"], got["VersionId"]) == ([{"Key": "b", "Value": "2"}], v2)
+    assert s3.get_object_acl(Bucket="vtags", Key="k", VersionId=v1)["Grants"]
+    # A write to a noncurrent version is refused, not done to the current one.
+    for write in (
+        lambda: s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=v1,
+                                      Tagging={"TagSet": [{"Key": "x", "Value": "y"}]}),
+        lambda: s3.delete_object_tagging(Bucket="vtags", Key="k", VersionId=v1),
+        lambda: s3.put_object_acl(Bucket="vtags", Key="k", VersionId=v1, ACL="public-read"),
+    ):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            write()
+        assert code_of(e) == ("NotImplemented", 501)
+    assert s3.get_object_tagging(Bucket="vtags", Key="k")["TagSet"] == [{"Key": "b", "Value": "2"}]
+    assert s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=v1)["TagSet"] == [{"Key": "a", "Value": "1"}]
+    # The current version by its ID is written; an unknown ID is NoSuchVersion.
+    s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=v2,
+                          Tagging={"TagSet": [{"Key": "c", "Value": "3"}]})
+    assert s3.get_object_tagging(Bucket="vtags", Key="k")["TagSet"] == [{"Key": "c", "Value": "3"}]
+    missing = "0" * 32
+    for call in (
+        lambda: s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=missing),
+        lambda: s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=missing,
+                                      Tagging={"TagSet": []}),
+    ):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert code_of(e) == ("NoSuchVersion", 404), code_of(e)

@@ -173,9 +173,9 @@ pub(super) async fn get_object_acl(
     svc: &StowS3,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
-    let (bucket, key) = (req.input.bucket, req.input.key);
+    let (bucket, key, version) = (req.input.bucket, req.input.key, req.input.version_id);
     let meta = svc
-        .point_read(move |store| store.head_object(&bucket, &key))
+        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
         .await?;
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(grants_of(meta.props.acl)),
@@ -212,8 +212,10 @@ pub(super) async fn put_object_acl(
         grant_headers!(input),
         input.access_control_policy.as_ref(),
     )?;
-    let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
+    svc.current_version_only(&bucket, &key, input.version_id)
+        .await?;
+    let store = svc.store.clone();
     blocking(move || store.set_object_acl(&bucket, &key, acl)).await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }

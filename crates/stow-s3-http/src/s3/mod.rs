@@ -59,6 +59,36 @@ impl StowS3 {
         reading(move || f(backend.as_ref())).await
     }
 
+    /// Refuses a write of tags or an ACL aimed at a version other than the
+    /// key's current one: those properties are kept for the current
+    /// version only, so acting on it instead would answer success for a
+    /// version left unchanged. A version ID that names nothing is
+    /// NoSuchVersion, as for a read.
+    async fn current_version_only(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<String>,
+    ) -> S3Result<()> {
+        let Some(version) = version else {
+            return Ok(());
+        };
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let (named, current) = self
+            .point_read(move |store| {
+                let named = store.head_object_version(&b, &k, Some(&version))?;
+                Ok((named, store.head_object(&b, &k).ok()))
+            })
+            .await?;
+        if current.is_some_and(|c| c.version_id == named.version_id) {
+            return Ok(());
+        }
+        Err(s3_error!(
+            NotImplemented,
+            "tags and ACLs of a noncurrent version cannot be changed here; only the current version's"
+        ))
+    }
+
     fn writable(&self) -> S3Result<()> {
         if self.read_only {
             return Err(s3_error!(

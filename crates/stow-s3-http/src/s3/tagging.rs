@@ -59,13 +59,13 @@ pub(super) async fn get_object_tagging(
     svc: &StowS3,
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-    let (bucket, key) = (req.input.bucket, req.input.key);
+    let (bucket, key, version) = (req.input.bucket, req.input.key, req.input.version_id);
     let meta = svc
-        .point_read(move |store| store.head_object(&bucket, &key))
+        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
         .await?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: tag_set(&meta.props.tags),
-        version_id: None,
+        version_id: meta.version_id,
     }))
 }
 
@@ -73,9 +73,11 @@ async fn set_tags(
     svc: &StowS3,
     bucket: String,
     key: String,
+    version: Option<String>,
     tags: BTreeMap<String, String>,
 ) -> S3Result<()> {
     svc.writable()?;
+    svc.current_version_only(&bucket, &key, version).await?;
     let store = svc.store.clone();
     blocking(move || store.set_object_tags(&bucket, &key, tags)).await?;
     Ok(())
@@ -93,7 +95,7 @@ pub(super) async fn put_object_tagging(
             return Err(s3_error!(InvalidTag, "a tag key appears twice"));
         }
     }
-    set_tags(svc, input.bucket, input.key, tags).await?;
+    set_tags(svc, input.bucket, input.key, input.version_id, tags).await?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
 }
 
@@ -102,7 +104,14 @@ pub(super) async fn delete_object_tagging(
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
-    set_tags(svc, input.bucket, input.key, BTreeMap::new()).await?;
+    set_tags(
+        svc,
+        input.bucket,
+        input.key,
+        input.version_id,
+        BTreeMap::new(),
+    )
+    .await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
 }
 
