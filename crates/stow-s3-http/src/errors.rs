@@ -42,6 +42,8 @@ pub fn to_s3(e: StoreError) -> S3Error {
         | E::InvalidMetadata { .. }
         | E::InvalidArgument { .. }
         | E::InvalidPartNumber(_) => S3ErrorCode::InvalidArgument,
+        E::InvalidCors { .. } => S3ErrorCode::InvalidRequest,
+        E::MalformedCors { .. } => S3ErrorCode::MalformedXML,
         E::PreconditionFailed { .. } => S3ErrorCode::PreconditionFailed,
         E::Conflict => S3ErrorCode::ConditionalRequestConflict,
         E::InvalidRange { .. } => S3ErrorCode::InvalidRange,

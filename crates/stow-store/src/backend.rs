@@ -146,6 +146,24 @@ pub trait ObjectBackend: Send + Sync + 'static {
             ),
         })
     }
+    /// A bucket's CORS rules (`None`: none; always so where none are kept).
+    fn bucket_cors(&self, bucket: &str) -> Result<Option<Vec<crate::CorsRule>>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Replaces (`Some`) or removes (`None`) a bucket's CORS rules.
+    /// Backends that keep none refuse to set them with `not_implemented`.
+    fn set_bucket_cors(&self, bucket: &str, rules: Option<Vec<crate::CorsRule>>) -> Result<()> {
+        self.head_bucket(bucket)?;
+        if rules.is_none() {
+            return Ok(());
+        }
+        Err(crate::StoreError::NotImplemented {
+            reason: format!(
+                "{} keeps no bucket CORS rules; the server-wide origins (serve --cors-origin) apply",
+                self.backend_name()
+            ),
+        })
+    }
     /// Describes a version of an object (`None`: the latest; `"null"`: the
     /// null version). Without versions, only the null version exists.
     fn head_object_version(
@@ -404,6 +422,12 @@ impl ObjectBackend for Store {
     }
     fn bucket_versioning(&self, bucket: &str) -> Result<Versioning> {
         Store::bucket_versioning(self, bucket)
+    }
+    fn bucket_cors(&self, bucket: &str) -> Result<Option<Vec<crate::CorsRule>>> {
+        Store::bucket_cors(self, bucket)
+    }
+    fn set_bucket_cors(&self, bucket: &str, rules: Option<Vec<crate::CorsRule>>) -> Result<()> {
+        Store::set_bucket_cors(self, bucket, rules)
     }
     fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
         Store::set_bucket_versioning(self, bucket, state)

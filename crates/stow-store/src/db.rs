@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS usage (
 INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
-    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0);
+    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -80,8 +80,9 @@ COMMIT;
 /// versioning: `buckets.versioning` (0 unversioned, 1 enabled, 2
 /// suspended), `objects.vid` and `objects.seq` (the current version's ID,
 /// NULL = the null version, and its place among the key's versions) and
-/// the `versions` table (every other version and every delete marker).
-const SCHEMA_VERSION: i64 = 2;
+/// the `versions` table (every other version and every delete marker); 3
+/// added `buckets.cors` (the bucket's CORS rules as JSON, NULL = none).
+const SCHEMA_VERSION: i64 = 3;
 
 /// Columns a version of the schema added to a table that existed before
 /// it: `(table, column, definition)`.
@@ -90,6 +91,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("buckets", "versioning", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "vid", "TEXT"),
     ("objects", "seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("buckets", "cors", "TEXT"),
 ];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
@@ -97,7 +99,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 /// come from [`SCHEMA`] (`IF NOT EXISTS`); columns added to old tables are
 /// added here, each only when missing (a fresh table was created with it).
 /// Every added column reads as the old behaviour: private, unversioned,
-/// the null version.
+/// the null version, no CORS rules.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

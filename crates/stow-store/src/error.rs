@@ -34,6 +34,13 @@ pub enum StoreError {
     /// Some other argument is malformed.
     #[error("invalid argument: {reason}")]
     InvalidArgument { reason: String },
+    /// A CORS rule breaks one of S3's rules (a method, a wildcard, an ID).
+    #[error("{reason}")]
+    InvalidCors { reason: String },
+    /// A CORS configuration has no rules, too many, or a rule without an
+    /// origin or a method.
+    #[error("malformed CORS configuration: {reason}")]
+    MalformedCors { reason: String },
     #[error("bucket {bucket} does not exist")]
     NoSuchBucket { bucket: String },
     #[error("object {key:?} does not exist in bucket {bucket}")]
@@ -142,6 +149,8 @@ impl StoreError {
             InvalidMetadata { .. } => "invalid_metadata",
             MetadataTooLarge { .. } => "metadata_too_large",
             InvalidArgument { .. } => "invalid_argument",
+            InvalidCors { .. } => "invalid_cors",
+            MalformedCors { .. } => "malformed_cors",
             NoSuchBucket { .. } => "no_such_bucket",
             NoSuchKey { .. } | KeyDeleted { .. } => "no_such_key",
             NoSuchVersion { .. } => "no_such_version",

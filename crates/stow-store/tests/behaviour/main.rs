@@ -13,12 +13,14 @@ use common::*;
 
 mod bucket_listing;
 mod conditional;
+mod cors;
 mod objects;
 mod saves;
 mod uploads;
 mod usage;
 use bucket_listing::*;
 use conditional::*;
+use cors::*;
 use objects::*;
 use saves::*;
 use uploads::*;
@@ -47,6 +49,7 @@ on_both_backends!(
     detached_puts,
     upload_cap,
     read_conditions,
+    cors_rules,
 );
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {
