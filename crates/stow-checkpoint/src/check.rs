@@ -71,7 +71,7 @@ pub fn check(registry: &Registry, quick: bool) -> Result<RegistryCheck> {
     }
     // Interrupted rewinds first: their trees are then ones the
     // checkpoints describe.
-    for (ws, finished) in crate::rewind::finish_all_pending(registry)? {
+    for (ws, finished) in crate::apply::finish_all_pending(registry)? {
         match finished {
             Ok(()) => out.rewinds_finished.push(ws),
             Err(e) => out.rewinds_unfinished.push(UnfinishedRewind {

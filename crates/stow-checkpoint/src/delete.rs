@@ -76,7 +76,7 @@ pub fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Result<()>
         }
     }
     crate::history::forget(registry, ws);
-    crate::rewind::forget(registry, ws);
+    crate::apply::forget(registry, ws);
     let _ = fs::remove_file(cache_path(registry, ws));
     let _ = fs::remove_file(legacy_cache_path(registry, ws));
     let _ = fs::remove_file(

@@ -1,5 +1,6 @@
 //! Differences between two checkpoints: files, and for portable ones
-//! buckets and objects.
+//! buckets and objects; and the change types the engine reports them in
+//! (a status's [`StatusChange`] too, which tells `changed` apart).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,6 +43,59 @@ pub struct LinkChange {
     pub from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
+}
+
+/// What happened to a file's path since the checkpoint: `diff`'s
+/// `changed` told apart by what changed, as `git status` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusKind {
+    Added,
+    Deleted,
+    /// The bytes differ (and maybe the mode).
+    Modified,
+    /// Only the permission bits differ.
+    ModeChanged,
+    /// A file where the checkpoint has a symbolic link, or the other way
+    /// round (the link's side is in `links`).
+    TypeChanged,
+}
+
+/// One file change of a status: a `diff` change whose kind says what
+/// changed.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusChange {
+    pub path: String,
+    pub kind: StatusKind,
+    /// The checkpoint's file at the path (absent: the tree added it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileEntry>,
+    /// The tree's file at the path (absent: the tree deleted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<FileEntry>,
+}
+
+impl StatusChange {
+    /// `diff`'s kind of this change: added, deleted (a type change counts
+    /// by its file's side) or changed.
+    pub fn diff_kind(&self) -> Kind {
+        match (&self.from, &self.to) {
+            (None, _) => Kind::Added,
+            (_, None) => Kind::Deleted,
+            _ => Kind::Changed,
+        }
+    }
+
+    /// The change as `diff` reports it (the MCP profile's entries).
+    pub fn to_diff(&self) -> Change {
+        Change {
+            path: self.path.clone(),
+            kind: self.diff_kind(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+        }
+    }
 }
 
 /// Sorted link differences: added, deleted, retargeted (`changed`).

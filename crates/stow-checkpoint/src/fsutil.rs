@@ -329,3 +329,25 @@ pub(crate) fn hash_open_file(f: &mut std::fs::File, path: &Path) -> Result<Optio
     }
     Ok(Some(hex(&sha2::Digest::finalize(h))))
 }
+/// Identifies one written version of a file (a stat cache, an ignore
+/// file): a rename installs a new inode, so a rewrite by anyone (or a
+/// removal) changes the stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl FileStamp {
+    /// The stamp of the file at `path` now (`None`: no such file).
+    pub(crate) fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(FileStamp {
+            ino: m.ino(),
+            size: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        })
+    }
+}

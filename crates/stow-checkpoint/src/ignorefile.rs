@@ -22,8 +22,8 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
 use crate::error::{Result, WsError};
+use crate::fsutil::FileStamp;
 use crate::gitexcludes::excludes_files;
-use crate::statcache::FileStamp;
 
 /// The ignore file's name, at the workspace root.
 pub const IGNORE_FILE: &str = ".stowignore";

@@ -311,7 +311,7 @@ pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
             )
         }
     };
-    if let Err(e) = crate::rewind::finish_locked(
+    if let Err(e) = crate::apply::finish_locked(
         registry,
         &rec,
         req.monitor.and_then(crate::TreeMonitor::view),

@@ -62,7 +62,9 @@ mod statcache;
 pub mod walk;
 mod watch;
 
-// Checkpoints: format, tree nodes, blobs, capture, publication, reads.
+// Checkpoints: format, tree nodes, blobs, capture, publication, reads;
+// a rewind's journaled changes to the tree.
+mod apply;
 mod blobs;
 mod capture;
 mod check;

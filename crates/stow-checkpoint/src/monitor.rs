@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::bucket::WorkspaceBucket;
 use crate::format::FileProps;
+use crate::fsutil::FileStamp;
 use crate::ignorefile::Rules;
 use crate::scan::{restat, Scan};
-use crate::statcache::{FileStamp, StatCache};
+use crate::statcache::StatCache;
 use crate::watch::{Changes, TreeWatch};
 
 /// The state a monitor keeps between two captures of one workspace.

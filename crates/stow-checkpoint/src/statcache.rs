@@ -28,33 +28,12 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use crate::fsutil::random_hex;
+use crate::fsutil::{random_hex, FileStamp};
+use crate::scan::Scanned;
 
 const MAGIC: &[u8; 16] = b"stow-statcache\x00\x02";
 /// The first version, without the node list: still read.
 const MAGIC_V1: &[u8; 16] = b"stow-statcache\x00\x01";
-
-/// Identifies one written version of a cache file: a rename installs a
-/// new inode, so a rewrite by anyone (or a removal) changes the stamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp {
-    ino: u64,
-    size: u64,
-    mtime_ns: i64,
-}
-
-impl FileStamp {
-    /// The stamp of the file at `path` now (`None`: no such file).
-    pub(crate) fn of(path: &Path) -> Option<FileStamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = fs::symlink_metadata(path).ok()?;
-        Some(FileStamp {
-            ino: m.ino(),
-            size: m.len(),
-            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        })
-    }
-}
 
 /// One cached file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +211,52 @@ pub(crate) fn unhex32(s: &str) -> Option<[u8; 32]> {
         *o = digit(b[2 * i])? << 4 | digit(b[2 * i + 1])?;
     }
     Some(out)
+}
+
+/// Cached digests for a sorted scan: both lists are in path order, so one
+/// merge pass matches them without building a map.
+pub(crate) fn cached_digests<'a>(
+    cache: &StatCache,
+    files: impl IntoIterator<Item = &'a Scanned>,
+) -> Vec<Option<[u8; 32]>> {
+    let mut entries = cache.entries.iter().peekable();
+    files
+        .into_iter()
+        .map(|f| {
+            // A cache this process made shares the scan's names: equal
+            // pointers spare comparing the strings.
+            let c = match entries.next_if(|c| std::sync::Arc::ptr_eq(&c.path, &f.path)) {
+                Some(c) => c,
+                None => {
+                    while entries.next_if(|c| c.path < f.path).is_some() {}
+                    entries.next_if(|c| c.path == f.path)?
+                }
+            };
+            vouches(cache, c, f).then_some(c.sha256)
+        })
+        .collect()
+}
+
+/// The cached digest of one file (a few files of a large scan: found by
+/// binary search rather than a pass over the whole cache).
+pub(crate) fn cached_digest(cache: &StatCache, f: &Scanned) -> Option<[u8; 32]> {
+    let i = cache
+        .entries
+        .binary_search_by(|c| c.path.as_ref().cmp(f.path.as_ref()))
+        .ok()?;
+    let c = cache.entries.get(i)?;
+    vouches(cache, c, f).then_some(c.sha256)
+}
+
+/// Whether cache entry `c` vouches for file `f`: the same stat fields,
+/// and not racily clean (written no earlier than the cached scan began).
+fn vouches(cache: &StatCache, c: &CacheEntry, f: &Scanned) -> bool {
+    c.size == f.size
+        && c.mode == f.mode
+        && c.mtime_ns == f.mtime_ns
+        && c.ctime_ns == f.ctime_ns
+        && c.ino == f.ino
+        && f.mtime_ns < cache.scan_start_ns
 }
 
 #[cfg(test)]

@@ -21,10 +21,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::capture::{cached_digest, cached_digests};
-use crate::diff::{diff_files, diff_links, Change, Kind, LinkChange};
+pub use crate::diff::{StatusChange, StatusKind};
+
+use crate::diff::{diff_files, diff_links, Kind, LinkChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, FileEntry};
+use crate::fsutil::FileStamp;
 use crate::fsutil::{hash_file, hex};
 use crate::history;
 use crate::ignorefile::Rules;
@@ -35,7 +37,7 @@ use crate::paths::{check_checkpoint_id, is_sensitive};
 use crate::progress::PhaseClock;
 use crate::registry::{Record, Registry};
 use crate::scan::{scan, Scan, Scanned};
-use crate::statcache::{unhex32, FileStamp, StatCache};
+use crate::statcache::{cached_digest, cached_digests, unhex32, StatCache};
 use crate::stored::{layout, load_manifest};
 use crate::tree::{build_reusing, direct_members, expand_differing_in, reused_nodes, Expanded};
 use crate::watch::TreeWatch;
@@ -62,59 +64,6 @@ pub struct StatusResult {
     /// cursor of the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-}
-
-/// What happened to a file's path since the checkpoint: `diff`'s
-/// `changed` told apart by what changed, as `git status` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusKind {
-    Added,
-    Deleted,
-    /// The bytes differ (and maybe the mode).
-    Modified,
-    /// Only the permission bits differ.
-    ModeChanged,
-    /// A file where the checkpoint has a symbolic link, or the other way
-    /// round (the link's side is in `links`).
-    TypeChanged,
-}
-
-/// One file change of a status: a `diff` change whose kind says what
-/// changed.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatusChange {
-    pub path: String,
-    pub kind: StatusKind,
-    /// The checkpoint's file at the path (absent: the tree added it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<FileEntry>,
-    /// The tree's file at the path (absent: the tree deleted it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<FileEntry>,
-}
-
-impl StatusChange {
-    /// `diff`'s kind of this change: added, deleted (a type change counts
-    /// by its file's side) or changed.
-    pub fn diff_kind(&self) -> Kind {
-        match (&self.from, &self.to) {
-            (None, _) => Kind::Added,
-            (_, None) => Kind::Deleted,
-            _ => Kind::Changed,
-        }
-    }
-
-    /// The change as `diff` reports it (the MCP profile's entries).
-    pub fn to_diff(&self) -> Change {
-        Change {
-            path: self.path.clone(),
-            kind: self.diff_kind(),
-            from: self.from.clone(),
-            to: self.to.clone(),
-        }
-    }
 }
 
 /// Most entries one page of a status may hold.
@@ -222,7 +171,7 @@ pub fn status_monitored(
     let rec = registry.get(ws)?;
     // An interrupted rewind is finished first: the tree is then one the
     // history knows.
-    crate::rewind::finish_pending_in(registry, ws, monitor.and_then(TreeMonitor::view))?;
+    crate::apply::finish_pending_in(registry, ws, monitor.and_then(TreeMonitor::view))?;
     let checkpoint_id = match against {
         Some(id) => {
             check_checkpoint_id(id)?;

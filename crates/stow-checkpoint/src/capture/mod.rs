@@ -24,7 +24,7 @@ mod phases;
 mod produce;
 
 pub(crate) use admit::{admit, RetentionCaps};
-pub(crate) use produce::{cache_entry, cached_digest, cached_digests};
+pub(crate) use produce::cache_entry;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,7 @@ use crate::error::{Result, WsError};
 use crate::format::{
     check_belongs, check_message, summaries, CheckpointResult, FileProps, Origin, Summary,
 };
+use crate::fsutil::FileStamp;
 use crate::fsutil::{create_private_dir, random_hex, FileLock};
 use crate::history;
 use crate::ignorefile::Rules;
@@ -42,7 +43,7 @@ use crate::paths::check_checkpoint_id;
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::{Record, Registry};
 use crate::scan::{scan, Scan};
-use crate::statcache::{FileStamp, StatCache};
+use crate::statcache::StatCache;
 use crate::watch::TreeWatch;
 use phases::Capture;
 
@@ -124,7 +125,7 @@ pub fn capture(registry: &Registry, ws: &str, opts: &CaptureOptions) -> Result<C
     let _capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
         .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
     let _registry_lock = registry.lock()?;
-    crate::rewind::finish_locked(registry, &rec, opts.monitor.and_then(TreeMonitor::view))?;
+    crate::apply::finish_locked(registry, &rec, opts.monitor.and_then(TreeMonitor::view))?;
     let id = format!("cp_{}", random_hex(12));
     capture_locked(registry, &rec, &id, opts, None)
 }

@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::admit::{admit, RetentionCaps};
-use super::produce::{cache_entries, cached_digests, produce_all, Produced, StageDirs};
+use super::produce::{cache_entries, produce_all, Produced, StageDirs};
 use super::{panicked, CaptureOptions, Committed, Left, Outcome, Reuse};
 use crate::blobs::{blob_ok, discard_pairs, stage_bytes, stage_known, Payload};
 use crate::error::{Result, WsError};
 use crate::format::{CheckpointResult, Ignored, ManifestView, ObjectEntry, Origin, Summary};
+use crate::fsutil::FileStamp;
 use crate::fsutil::{create_private_dir, hex, now_rfc3339};
 use crate::ignorefile::Rules;
 use crate::monitor::ChangedDirs;
@@ -19,7 +20,8 @@ use crate::progress::{check_deadline, PhaseClock};
 use crate::publish;
 use crate::registry::{Record, Registry};
 use crate::scan::{tree_changes, Scan};
-use crate::statcache::{FileStamp, StatCache};
+use crate::statcache::cached_digests;
+use crate::statcache::StatCache;
 use crate::tree::{self, BuiltTree};
 use crate::watch::{Changes, TreeWatch};
 

@@ -1,5 +1,5 @@
-//! Producing a capture's payloads: which digests the stat cache vouches
-//! for, hashing and staging the rest on a few threads, and the stat-cache
+//! Producing a capture's payloads: hashing and staging on a few threads
+//! the files the stat cache does not vouch for, and the stat-cache
 //! entries a capture leaves.
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,53 +12,7 @@ use crate::fsutil::{create_private_dir, random_hex};
 use crate::progress::{check_deadline, Progress};
 use crate::registry::Registry;
 use crate::scan::Scanned;
-use crate::statcache::{unhex32, CacheEntry, StatCache};
-
-/// Cached digests for a sorted scan: both lists are in path order, so one
-/// merge pass matches them without building a map.
-pub(crate) fn cached_digests<'a>(
-    cache: &StatCache,
-    files: impl IntoIterator<Item = &'a Scanned>,
-) -> Vec<Option<[u8; 32]>> {
-    let mut entries = cache.entries.iter().peekable();
-    files
-        .into_iter()
-        .map(|f| {
-            // A cache this process made shares the scan's names: equal
-            // pointers spare comparing the strings.
-            let c = match entries.next_if(|c| std::sync::Arc::ptr_eq(&c.path, &f.path)) {
-                Some(c) => c,
-                None => {
-                    while entries.next_if(|c| c.path < f.path).is_some() {}
-                    entries.next_if(|c| c.path == f.path)?
-                }
-            };
-            vouches(cache, c, f).then_some(c.sha256)
-        })
-        .collect()
-}
-
-/// The cached digest of one file (a few files of a large scan: found by
-/// binary search rather than a pass over the whole cache).
-pub(crate) fn cached_digest(cache: &StatCache, f: &Scanned) -> Option<[u8; 32]> {
-    let i = cache
-        .entries
-        .binary_search_by(|c| c.path.as_ref().cmp(f.path.as_ref()))
-        .ok()?;
-    let c = cache.entries.get(i)?;
-    vouches(cache, c, f).then_some(c.sha256)
-}
-
-/// Whether cache entry `c` vouches for file `f`: the same stat fields,
-/// and not racily clean (written no earlier than the cached scan began).
-fn vouches(cache: &StatCache, c: &CacheEntry, f: &Scanned) -> bool {
-    c.size == f.size
-        && c.mode == f.mode
-        && c.mtime_ns == f.mtime_ns
-        && c.ctime_ns == f.ctime_ns
-        && c.ino == f.ino
-        && f.mtime_ns < cache.scan_start_ns
-}
+use crate::statcache::{unhex32, CacheEntry};
 
 /// The payloads of a capture's files: every file's digest (scan order;
 /// `None` where it was not produced) and the new blobs staged for them.

@@ -6,53 +6,43 @@
 //! 2. The tree is captured (`origin: rewind`): the **undo checkpoint**,
 //!    published durably before anything changes (a clean tree reuses its
 //!    head instead). `rewind --to <undo>` undoes the rewind.
-//! 3. The plan (`plan`) is computed from the undo checkpoint and the
-//!    target: only what differs, within the capture rules and `--paths`.
+//! 3. The plan (`apply::plan`) is computed from the undo checkpoint and
+//!    the target: only what differs, within the capture rules and
+//!    `--paths`.
 //! 4. New bytes are staged under `<root>/.stow/rewind/<run>/`, fsynced.
-//! 5. The journal is written to the registry (`journal`).
+//! 5. The journal is written to the registry (`apply::journal`).
 //! 6. The steps run (`apply`), each checking its path against the undo
 //!    checkpoint first; a path written since is a conflict, left alone.
 //! 7. The touched directories are flushed, the head moves to the target
 //!    (a `--paths` rewind leaves it on the undo checkpoint), a keyed
 //!    rewind's receipt is stored, and the journal and stage are removed.
 //!
-//! Crash rule: a kill before step 5 leaves the tree untouched (a stale
-//! stage under `.stow` is removed by the next rewind); after it, every
-//! path is as it was or as the target has it (each change is one
-//! rename), and whoever next takes the workspace's capture lock finishes
-//! the journal by the same steps, a path already in its wanted state
-//! counting as done.
+//! Steps 3 to 7 and the crash rule are `crate::apply`'s: this module is
+//! the operation around them (the request, the undo capture, the dry
+//! run), the one part that needs `capture` and `status`.
 
-mod apply;
-mod beneath;
-mod bucket;
-mod journal;
-mod plan;
+pub use crate::apply::{finish_all_pending, finish_pending, Conflict, RewindResult};
 
-use serde::{Deserialize, Serialize};
-
-pub use apply::Conflict;
-
+use crate::apply::journal::{self, Journal, KeyDigests};
+use crate::apply::plan::{self, check_scope, Domain};
+use crate::apply::{finish_locked, lock, remove_stages, run_journal, stage_root, Applier};
 use crate::bucket::WorkspaceBucket;
 use crate::capture::{capture_locked, CaptureOptions, CaptureSpec};
-use crate::diff::{Kind, LinkChange};
+use crate::diff::{Kind, LinkChange, StatusChange};
 use crate::error::{Result, WsError};
 use crate::format::{check_belongs, check_message, Origin};
 use crate::format::{load_summary, CheckpointManifest};
-use crate::fsutil::{create_private_dir, random_hex, FileLock};
+use crate::fsutil::{create_private_dir, hex, random_hex};
 use crate::history;
 use crate::ignorefile::Rules;
-use crate::layout::{cache_path, state};
+use crate::layout::cache_path;
 use crate::monitor::TreeMonitor;
 use crate::paths::{check_checkpoint_id, check_workspace_id};
 use crate::progress::{PhaseClock, Progress};
 use crate::registry::{Record, Registry};
 use crate::statcache::StatCache;
-use crate::status::StatusChange;
 use crate::stored::load_manifest;
-use apply::Applier;
-use journal::{Journal, KeyDigests};
-use plan::{check_scope, Domain};
+use sha2::{Digest, Sha256};
 
 /// Up to this many bytes of files to check against the undo capture,
 /// hashing them costs less than reading the stat cache (about 50 ms for
@@ -87,65 +77,6 @@ pub struct RewindRequest<'a> {
     pub monitor: Option<&'a TreeMonitor>,
 }
 
-/// What a rewind did (or, with `dry_run`, would do).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RewindResult {
-    pub version: u32,
-    pub workspace_id: String,
-    /// The checkpoint rewound to.
-    pub checkpoint_id: String,
-    /// The capture taken first; rewinding to it undoes this rewind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undo_checkpoint_id: Option<String>,
-    /// The workspace's head afterwards.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub head: Option<String>,
-    pub dry_run: bool,
-    /// `--paths`, as normalized.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-    /// Files and links written, and files whose mode was set.
-    pub written: u64,
-    /// Files and links removed (emptied directories go too, uncounted,
-    /// as `status` does not list directories).
-    pub deleted: u64,
-    /// Files already as the checkpoint has them.
-    pub unchanged: u64,
-    /// Paths left alone because they changed after the undo capture.
-    pub conflicts: Vec<Conflict>,
-    /// Checkpoint paths the capture rules leave out (ignored, sensitive):
-    /// never written.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skipped: Vec<String>,
-    /// Dry run: the tree against the checkpoint, as `status` reports it.
-    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<Vec<StatusChange>>,
-    #[serde(default, skip_deserializing, skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<LinkChange>,
-    /// Answered from a keyed rewind's receipt.
-    #[serde(default)]
-    pub replayed: bool,
-}
-
-impl RewindResult {
-    /// The error a rewind with conflicts ends with (its result still
-    /// says what it did).
-    pub fn error(&self) -> Option<WsError> {
-        (!self.conflicts.is_empty()).then(|| {
-            WsError::WorkspaceChanged(format!(
-                "{} path(s) changed after the undo checkpoint and were left as they are: {}",
-                self.conflicts.len(),
-                self.conflicts
-                    .iter()
-                    .take(5)
-                    .map(|c| c.path.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
-    }
-}
-
 /// Rewinds workspace `req.workspace_id` to checkpoint `req.to`.
 pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> {
     let ws = req.workspace_id;
@@ -164,7 +95,7 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     let _s3_writes = owned.map(WorkspaceBucket::hold_s3_writes);
     // A rewind killed before its journal left at most a stage.
     remove_stages(&rec.dir);
-    let key = req.request_key.map(|k| KeyDigests::of(ws, k, req, &scope));
+    let key = req.request_key.map(|k| key_digests(ws, k, req, &scope));
     if let Some(key) = &key {
         if let Some(mut done) = journal::replay(registry, key)? {
             done.replayed = true;
@@ -259,6 +190,35 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     })
 }
 
+/// The digests of key `key` for workspace `ws` with the inputs of
+/// `req` (its paths as normalized: `scope`).
+fn key_digests(ws: &str, key: &str, req: &RewindRequest, scope: &[String]) -> KeyDigests {
+    let digest = |parts: &[&str]| {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update(p.as_bytes());
+            h.update([0u8]);
+        }
+        hex(&h.finalize())
+    };
+    let sensitive = if req.include_sensitive {
+        "sensitive"
+    } else {
+        ""
+    };
+    let mut inputs = vec![
+        "stow-rewind-inputs",
+        req.to,
+        req.message.as_deref().unwrap_or("\u{1}none"),
+        sensitive,
+    ];
+    inputs.extend(scope.iter().map(String::as_str));
+    KeyDigests {
+        request_digest: digest(&["stow-rewind-key", ws, key]),
+        inputs_digest: digest(&inputs),
+    }
+}
+
 /// Checks a rewind request's arguments; returns its scope (`--paths`,
 /// normalized; empty for the whole tree).
 fn check_request(req: &RewindRequest) -> Result<Vec<String>> {
@@ -315,54 +275,6 @@ fn undo_capture(
         },
         None,
     )
-}
-
-/// Runs a journal's steps with `applier`, then ends the rewind (flush,
-/// head, receipt, journal and stage removed).
-fn run_journal(
-    registry: &Registry,
-    root: &std::path::Path,
-    j: &Journal,
-    mut applier: Applier,
-    owned: Option<&WorkspaceBucket>,
-) -> Result<RewindResult> {
-    for (n, step) in j.steps.iter().enumerate() {
-        applier.run(n, step);
-        crate::fault::point("rewind.step");
-    }
-    applier.finish(&j.steps)?;
-    let mut applied = applier.applied;
-    if j.bucket {
-        let rec = registry.get(&j.workspace_id)?;
-        bucket::rewind_bucket(registry, &rec, &j.undo, &j.target, &mut applied, owned)?;
-    }
-    history::set_head(registry, &j.workspace_id, &j.head)?;
-    let result = RewindResult {
-        version: 1,
-        workspace_id: j.workspace_id.clone(),
-        checkpoint_id: j.target.clone(),
-        undo_checkpoint_id: Some(j.undo.clone()),
-        head: Some(j.head.clone()),
-        dry_run: false,
-        paths: j.scope.clone(),
-        written: applied.written,
-        deleted: applied.deleted,
-        unchanged: j.unchanged,
-        conflicts: applied.conflicts,
-        skipped: j.skipped.clone(),
-        changes: None,
-        links: Vec::new(),
-        replayed: false,
-    };
-    if let Some(key) = &j.key {
-        journal::store_receipt(registry, key, &result)?;
-    }
-    // The stage goes before the journal: no stage outlives its journal
-    // (finishing again finds every path done).
-    remove_stages(root);
-    crate::fault::point("rewind.unstaged");
-    journal::remove(registry, &j.workspace_id)?;
-    Ok(result)
 }
 
 /// The ignore rules the target was captured under: its own root
@@ -447,29 +359,6 @@ fn compared(registry: &Registry, undo: &str, target: &str, whole: bool) -> Resul
     })
 }
 
-/// `<root>/.stow/rewind`: the stage directories of rewinds.
-fn stage_root(rec: &Record) -> std::path::PathBuf {
-    rec.dir.join(".stow").join("rewind")
-}
-
-/// Removes every stage directory of the workspace at `root` (called
-/// under its capture lock once its rewind is done: what is left there
-/// belongs to none).
-fn remove_stages(root: &std::path::Path) {
-    let _ = std::fs::remove_dir_all(root.join(".stow").join("rewind"));
-}
-
-/// The workspace's capture lock (refused with `in_progress` when held)
-/// and the registry lock.
-fn lock(registry: &Registry, ws: &str) -> Result<(FileLock, FileLock)> {
-    registry.ensure()?;
-    let locks = state(registry).join("capture-locks");
-    create_private_dir(&locks)?;
-    let capture = FileLock::try_lock(&locks.join(format!("{ws}.lock")))?
-        .ok_or_else(|| WsError::InProgress(ws.to_string()))?;
-    Ok((capture, registry.lock()?))
-}
-
 /// Refuses a scope path that names nothing in the tree or in the target
 /// (a typo would otherwise move the head to an undo checkpoint and change
 /// nothing).
@@ -501,69 +390,6 @@ fn check_scope_names_something(
         ))),
         None => Ok(()),
     }
-}
-
-/// Finishes an interrupted rewind of `rec`, the caller holding the
-/// workspace's capture lock and the registry lock (and, in a process that
-/// owns the bucket view, passing it in `owned`). Nothing to do (the
-/// common case) costs one `stat`.
-pub(crate) fn finish_locked(
-    registry: &Registry,
-    rec: &Record,
-    owned: Option<&WorkspaceBucket>,
-) -> Result<Option<RewindResult>> {
-    let Some(j) = journal::read(registry, &rec.id)? else {
-        return Ok(None);
-    };
-    let stage = stage_root(rec).join(&j.run);
-    create_private_dir(&stage_root(rec))?;
-    create_private_dir(&stage)?;
-    let cache = StatCache::load(&cache_path(registry, &rec.id));
-    let applier = Applier::new(registry, &rec.dir, &stage, cache, true)?;
-    tracing::info!(workspace = %rec.id, target = %j.target, "finishing an interrupted rewind");
-    let _s3_writes = owned.map(WorkspaceBucket::hold_s3_writes);
-    run_journal(registry, &rec.dir, &j, applier, owned).map(Some)
-}
-
-/// Finishes an interrupted rewind of workspace `ws`, if there is one
-/// (`status` and `check` call this; a capture and a rewind do it under
-/// their own locks). `in_progress` when another process holds the
-/// workspace.
-pub fn finish_pending(registry: &Registry, ws: &str) -> Result<Option<RewindResult>> {
-    finish_pending_in(registry, ws, None)
-}
-
-/// [`finish_pending`] in a process that may own the workspace's bucket
-/// view (`owned`).
-pub(crate) fn finish_pending_in(
-    registry: &Registry,
-    ws: &str,
-    owned: Option<&WorkspaceBucket>,
-) -> Result<Option<RewindResult>> {
-    check_workspace_id(ws)?;
-    if !journal::exists(registry, ws) {
-        return Ok(None);
-    }
-    let rec = registry.get(ws)?;
-    let _locks = lock(registry, ws)?;
-    finish_locked(registry, &rec, owned)
-}
-
-/// Finishes every interrupted rewind of the partition (`workspace
-/// check`): each workspace with a journal, and how finishing it went.
-pub fn finish_all_pending(registry: &Registry) -> Result<Vec<(String, Result<()>)>> {
-    Ok(journal::pending(registry)?
-        .into_iter()
-        .map(|ws| {
-            let done = finish_pending(registry, &ws).map(|_| ());
-            (ws, done)
-        })
-        .collect())
-}
-
-/// Forgets a removed workspace's rewind journal.
-pub(crate) fn forget(registry: &Registry, ws: &str) {
-    journal::forget(registry, ws);
 }
 
 /// The plan of a rewind as `status` reports the tree against the target,

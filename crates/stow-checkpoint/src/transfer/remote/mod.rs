@@ -23,7 +23,6 @@
 
 mod config;
 mod document;
-pub(crate) mod failure;
 pub mod memory;
 mod pull;
 mod push;
@@ -32,9 +31,9 @@ use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::{RemoteError, RemoteFailure};
 pub use config::check_spec;
 pub use config::{add_remote, get_remote, list_remotes, remove_remote, RemoteEntry, RemoteList};
-pub use failure::{RemoteError, RemoteFailure};
 pub use pull::{pull, remote_list, PullOptions, PullResult, RemoteCheckpoint, RemoteListResult};
 pub use push::{push, verify_remote_copy, PushOptions, PushResult};
 

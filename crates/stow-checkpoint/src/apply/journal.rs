@@ -15,12 +15,11 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::plan::Step;
-use super::{RewindRequest, RewindResult};
+use super::RewindResult;
 use crate::error::{Result, WsError};
-use crate::fsutil::{atomic_write, create_private_dir, fsync_dir, hex};
+use crate::fsutil::{atomic_write, create_private_dir, fsync_dir};
 use crate::layout::state;
 use crate::registry::Registry;
 
@@ -57,37 +56,6 @@ pub(crate) struct Journal {
 pub(crate) struct KeyDigests {
     pub request_digest: String,
     pub inputs_digest: String,
-}
-
-impl KeyDigests {
-    /// The digests of key `key` for workspace `ws` with the inputs of
-    /// `req` (its paths as normalized: `scope`).
-    pub(crate) fn of(ws: &str, key: &str, req: &RewindRequest, scope: &[String]) -> KeyDigests {
-        let digest = |parts: &[&str]| {
-            let mut h = Sha256::new();
-            for p in parts {
-                h.update(p.as_bytes());
-                h.update([0u8]);
-            }
-            hex(&h.finalize())
-        };
-        let sensitive = if req.include_sensitive {
-            "sensitive"
-        } else {
-            ""
-        };
-        let mut inputs = vec![
-            "stow-rewind-inputs",
-            req.to,
-            req.message.as_deref().unwrap_or("\u{1}none"),
-            sensitive,
-        ];
-        inputs.extend(scope.iter().map(String::as_str));
-        KeyDigests {
-            request_digest: digest(&["stow-rewind-key", ws, key]),
-            inputs_digest: digest(&inputs),
-        }
-    }
 }
 
 /// A keyed rewind's stored result.

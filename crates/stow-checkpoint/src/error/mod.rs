@@ -1,5 +1,8 @@
 //! Typed errors of the workspace engine, each with a stable machine code.
 
+mod remote;
+
+pub use remote::{RemoteError, RemoteFailure};
 use std::path::{Path, PathBuf};
 
 /// Everything the workspace engine can refuse or fail with.
@@ -90,7 +93,7 @@ pub enum WsError {
     Corrupt(String),
     /// A remote (S3 service) refused or failed; the code says how.
     #[error("remote: {0}")]
-    Remote(#[from] crate::transfer::remote::failure::RemoteError),
+    Remote(#[from] remote::RemoteError),
     /// Something on a remote disagrees with its name or with the manifest
     /// that names it (wrong bytes, size or digest; a missing blob; a
     /// malformed manifest). Nothing was published.
@@ -144,7 +147,7 @@ impl WsError {
 
     /// Whether retrying the same request may succeed.
     pub fn retryable(&self) -> bool {
-        use crate::transfer::remote::failure::RemoteFailure as F;
+        use remote::RemoteFailure as F;
         match self {
             WsError::InProgress(_) | WsError::WorkspaceChanged(_) | WsError::Busy(_) => true,
             WsError::Remote(e) => matches!(e.kind, F::Unreachable | F::Throttled | F::Timeout),

@@ -1,6 +1,6 @@
-//! How a remote operation fails: a kind with a stable code. It imports
-//! nothing of the crate, so the crate's error type can hold it without an
-//! import circle.
+//! How a remote operation fails: a kind with a stable code. It lives with
+//! the crate's error type, which holds it, so that the engine's every
+//! module can name it without importing the transfer layer.
 
 /// How a remote operation failed (the stable codes of [`RemoteError`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

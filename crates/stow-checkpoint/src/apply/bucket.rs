@@ -16,7 +16,7 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 use stow_store::{ObjectProps, PutOptions, StoreError, WriteCondition};
 
-use super::apply::{Applied, Conflict};
+use super::steps::{Applied, Conflict};
 use crate::blobs::open_verified;
 use crate::bucket::WorkspaceBucket;
 use crate::error::{Result, WsError};
