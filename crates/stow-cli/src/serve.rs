@@ -257,6 +257,11 @@ pub fn run_workspace(
                 objects: config.store.clone(),
                 monitor: monitor.clone(),
             }),
+            quota: stow_console::Quota {
+                max_bytes: (quota.max_bytes > 0).then_some(quota.max_bytes),
+                max_objects: (quota.max_objects > 0).then_some(quota.max_objects),
+            },
+            s3_endpoint: None,
         };
         (at, console)
     });
@@ -386,6 +391,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         space_reserve_bytes: SPACE_RESERVE_BYTES,
         ..StoreOptions::default()
     };
+    let (opts_max_bytes, opts_max_objects) = (opts.max_bytes, opts.max_objects);
     let store = match args.backend {
         Backend::Filesystem => Store::open(&args.data_dir, opts)?,
         Backend::Memory => Store::memory(opts)?,
@@ -408,6 +414,11 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
             read_only: args.read_only,
             max_upload_bytes: listen.max_request_bytes,
             workspace: None,
+            quota: stow_console::Quota {
+                max_bytes: opts_max_bytes,
+                max_objects: opts_max_objects,
+            },
+            s3_endpoint: None,
         };
         (at, console)
     });
@@ -472,19 +483,6 @@ pub(crate) fn run_server(
         let server = Server::bind(addr, config)
             .await
             .map_err(|e| refuse("address_in_use", format!("cannot listen on {addr}: {e}")))?;
-        let console = match console {
-            Some((at, console)) => Some(stow_console::Console::bind(at, console).await.map_err(
-                |e| {
-                    refuse(
-                        "address_in_use",
-                        format!("cannot listen on {at} for the console: {e}"),
-                    )
-                },
-            )?),
-            None => None,
-        };
-        let console_url = console.as_ref().map(stow_console::Console::url);
-        let shutdown = shutdown_signal()?;
         let bound = server.local_addr();
         let shown = if bound.ip().is_unspecified() {
             SocketAddr::new(IpAddr::from([127, 0, 0, 1]), bound.port())
@@ -492,6 +490,23 @@ pub(crate) fn run_server(
             bound
         };
         let endpoint = format!("http://{shown}");
+        let console = match console {
+            Some((at, mut console)) => Some({
+                // Share links point at this S3 port.
+                console.s3_endpoint = Some(endpoint.clone());
+                stow_console::Console::bind(at, console)
+                    .await
+                    .map_err(|e| {
+                        refuse(
+                            "address_in_use",
+                            format!("cannot listen on {at} for the console: {e}"),
+                        )
+                    })?
+            }),
+            None => None,
+        };
+        let console_url = console.as_ref().map(stow_console::Console::url);
+        let shutdown = shutdown_signal()?;
         tracing::info!("stow listening on {endpoint} (mode=local)");
         announce(&endpoint, console_url.as_deref())?;
         let console = console.map(|c| c.spawn(Duration::from_secs(10)));

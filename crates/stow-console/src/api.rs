@@ -7,6 +7,15 @@
 //! | `bucket?name=` | `DELETE` | DeleteBucket |
 //! | `objects?bucket=&prefix=&token=` | `GET` | ListObjectsV2 (delimiter `/`) |
 //! | `object?bucket=&key=` | `PUT` body / `GET` / `DELETE` | PutObject / GetObject (as an attachment) / DeleteObject |
+//! | `delete` | `POST {"bucket", "keys"}` | DeleteObjects |
+//! | `details?bucket=&key=&version=` | `GET` | HeadObject, GetObjectTagging, GetBucketVersioning, ListObjectVersions |
+//! | `preview?bucket=&key=` | `GET` | GetObject (the first 64 KiB, as text or an image's kind) |
+//! | `image?bucket=&key=` | `GET` | GetObject (a PNG, JPEG, GIF or WebP only, typed by its bytes) |
+//! | `share` | `POST {"bucket", "key", "expires"}` | HeadObject, then a presigned GetObject for the S3 port |
+//! | `usage?bucket=` | `GET` | the store's usage and quotas; ListObjectsV2 over the bucket |
+//! | `multipart` | `POST {"bucket", "key", "content_type"}` / `DELETE ?bucket=&key=&upload=` | CreateMultipartUpload / AbortMultipartUpload |
+//! | `part?bucket=&key=&upload=&number=` | `PUT` body | UploadPart |
+//! | `complete` | `POST {"bucket", "key", "upload", "parts"}` | CompleteMultipartUpload |
 //!
 //! With a workspace (`workspace serve`), `checkpoints`, `status`, `diff`,
 //! `filediff` and `rewind` are the checkpoint pages' routes
@@ -32,10 +41,10 @@ use stow_s3_http::StowS3;
 use crate::error::ConsoleError;
 use crate::session::{self, KeyPair, Sessions};
 use crate::workspace::{RewindBody, WorkspacePages};
-use crate::{json, Body, ConsoleConfig};
+use crate::{json, objects, uploads, Body, ConsoleConfig};
 
-/// Largest JSON request body.
-const JSON_LIMIT: usize = 64 * 1024;
+/// Largest JSON request body (a delete of 1,000 long keys fits).
+const JSON_LIMIT: usize = 1024 * 1024;
 /// Keys per listing page.
 const PAGE_KEYS: i32 = 200;
 /// How long a failed sign-in is held before it is answered.
@@ -43,34 +52,55 @@ const FAILED_SIGN_IN_DELAY: Duration = Duration::from_millis(300);
 
 /// What the API handlers share.
 pub struct State {
-    s3: StowS3,
+    pub(crate) s3: StowS3,
     keys: KeyPair,
     credentials: Credentials,
     sessions: Sessions,
     read_only: bool,
-    max_upload_bytes: u64,
+    pub(crate) max_upload_bytes: u64,
     workspace: Option<std::sync::Arc<WorkspacePages>>,
+    /// The store, for its usage figures (a read; every object operation
+    /// goes through `s3`).
+    pub(crate) store: std::sync::Arc<dyn stow_store::ObjectBackend>,
+    pub(crate) quota: crate::Quota,
+    pub(crate) s3_endpoint: Option<String>,
+    pub(crate) region: String,
+    pub(crate) secret_key: String,
 }
 
 impl State {
     /// The handlers' state for `config`.
     pub fn new(config: ConsoleConfig) -> Self {
         State {
-            s3: StowS3::new(config.store, config.read_only, config.region),
+            s3: StowS3::new(
+                config.store.clone(),
+                config.read_only,
+                config.region.clone(),
+            ),
             keys: KeyPair::new(&config.access_key, &config.secret_key),
             credentials: Credentials {
                 access_key: config.access_key,
                 secret_key: SecretKey::from(config.secret_key.as_str()),
             },
-            sessions: Sessions::new(session::SESSION_TTL),
+            sessions: Sessions::new(session::session_ttl()),
             read_only: config.read_only,
             max_upload_bytes: config.max_upload_bytes,
             workspace: config.workspace.map(std::sync::Arc::new),
+            store: config.store,
+            quota: config.quota,
+            s3_endpoint: config.s3_endpoint,
+            region: config.region,
+            secret_key: config.secret_key,
         }
     }
 
+    /// The server's access key.
+    pub(crate) fn access_key(&self) -> &str {
+        self.keys.access_key()
+    }
+
     /// The S3 request for `input`, made with the server's credentials.
-    fn request<T>(&self, method: Method, input: T) -> S3Request<T> {
+    pub(crate) fn request<T>(&self, method: Method, input: T) -> S3Request<T> {
         S3Request {
             input,
             method,
@@ -115,7 +145,16 @@ pub async fn handle(
         route,
         "checkpoints" | "status" | "diff" | "filediff" | "rewind"
     );
-    if !pages && !matches!(route, "buckets" | "bucket" | "objects" | "object") {
+    let object_pages = matches!(
+        route,
+        "delete" | "details" | "preview" | "image" | "share" | "usage"
+    );
+    let upload_pages = matches!(route, "multipart" | "part" | "complete");
+    if !pages
+        && !object_pages
+        && !upload_pages
+        && !matches!(route, "buckets" | "bucket" | "objects" | "object")
+    {
         return Err(ConsoleError::NotFound);
     }
     let (_, s) = signed_in(state, &req)?;
@@ -125,6 +164,12 @@ pub async fn handle(
     let query = query_of(&req);
     if pages {
         return workspace_route(state, req, route, query).await;
+    }
+    if object_pages {
+        return objects::route(state, req, route, query).await;
+    }
+    if upload_pages {
+        return uploads::route(state, req, route, query).await;
     }
     match (route, method) {
         ("buckets", Method::GET) => list_buckets(state).await,
@@ -363,22 +408,13 @@ async fn upload(
     bucket: String,
     key: String,
 ) -> Result<Response<Body>, ConsoleError> {
-    let length = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .ok_or(ConsoleError::LengthRequired)?;
-    if length > state.max_upload_bytes {
-        return Err(ConsoleError::TooLarge);
-    }
+    let length = body_length(state, &req)?;
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty())
         .map(str::to_string);
-    let length = i64::try_from(length).map_err(|_| ConsoleError::TooLarge)?;
     let input = PutObjectInput {
         bucket,
         key: key.clone(),
@@ -399,6 +435,21 @@ async fn upload(
             "etag": out.e_tag.as_ref().map(|e| e.value().to_string()),
         }),
     ))
+}
+
+/// The request body's declared length: required, and bounded like the
+/// S3 port's request bodies.
+pub(crate) fn body_length(state: &State, req: &Request<Incoming>) -> Result<i64, ConsoleError> {
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or(ConsoleError::LengthRequired)?;
+    if length > state.max_upload_bytes {
+        return Err(ConsoleError::TooLarge);
+    }
+    i64::try_from(length).map_err(|_| ConsoleError::TooLarge)
 }
 
 /// `GET object`: the bytes as an attachment, typed as opaque octets and
@@ -498,7 +549,7 @@ fn query_of(req: &Request<Incoming>) -> HashMap<String, String> {
         .collect()
 }
 
-fn param(query: &HashMap<String, String>, name: &str) -> Result<String, ConsoleError> {
+pub(crate) fn param(query: &HashMap<String, String>, name: &str) -> Result<String, ConsoleError> {
     query
         .get(name)
         .filter(|v| !v.is_empty())
@@ -506,7 +557,7 @@ fn param(query: &HashMap<String, String>, name: &str) -> Result<String, ConsoleE
         .ok_or_else(|| ConsoleError::BadRequest(format!("query parameter \"{name}\" is required")))
 }
 
-async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ConsoleError> {
+pub(crate) async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ConsoleError> {
     let bytes: Bytes = Limited::new(req.into_body(), JSON_LIMIT)
         .collect()
         .await
@@ -522,7 +573,7 @@ async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ConsoleE
         .map_err(|e| ConsoleError::BadRequest(format!("the body is not JSON: {e}")))
 }
 
-fn timestamp(t: &Timestamp) -> Option<String> {
+pub(crate) fn timestamp(t: &Timestamp) -> Option<String> {
     let mut out = Vec::new();
     t.format(TimestampFormat::DateTime, &mut out).ok()?;
     String::from_utf8(out).ok()

@@ -59,6 +59,23 @@ pub enum ConsoleError {
         /// The engine's message.
         message: String,
     },
+    /// A feature this console was started without (a share link when the
+    /// S3 port's address is unknown).
+    #[error("not available: {0}")]
+    NotAvailable(&'static str),
+    /// An object that the preview cannot show (not text or a PNG, JPEG,
+    /// GIF or WebP image, or too large).
+    #[error("{0}")]
+    NoPreview(String),
+    /// The store refused a read the console makes directly (its usage):
+    /// the store's own machine code (`StoreError::code`).
+    #[error("{message}")]
+    Store {
+        /// The store's code.
+        code: &'static str,
+        /// The store's message.
+        message: String,
+    },
     /// Something failed inside the server.
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,6 +96,9 @@ impl ConsoleError {
             ConsoleError::TooLarge => "too_large",
             ConsoleError::LengthRequired => "length_required",
             ConsoleError::S3 { code, .. } | ConsoleError::Engine { code, .. } => code,
+            ConsoleError::NotAvailable(_) => "not_available",
+            ConsoleError::NoPreview(_) => "no_preview",
+            ConsoleError::Store { code, .. } => code,
             ConsoleError::Internal(_) => "internal",
         }
     }
@@ -98,7 +118,11 @@ impl ConsoleError {
             ConsoleError::LengthRequired => StatusCode::LENGTH_REQUIRED,
             ConsoleError::S3 { status, .. } => *status,
             ConsoleError::Engine { code, .. } => engine_status(code),
-            ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::NotAvailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ConsoleError::NoPreview(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ConsoleError::Store { .. } | ConsoleError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -128,6 +152,15 @@ impl From<stow_checkpoint::WsError> for ConsoleError {
     fn from(e: stow_checkpoint::WsError) -> Self {
         ConsoleError::Engine {
             code: e.code().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<stow_store::StoreError> for ConsoleError {
+    fn from(e: stow_store::StoreError) -> Self {
+        ConsoleError::Store {
+            code: e.code(),
             message: e.to_string(),
         }
     }

@@ -21,8 +21,12 @@
 pub mod api;
 pub mod assets;
 pub mod error;
+pub mod objects;
+pub mod presign;
+pub mod preview;
 pub mod session;
 pub mod textdiff;
+pub mod uploads;
 pub mod workspace;
 
 use std::future::Future;
@@ -66,6 +70,20 @@ pub struct ConsoleConfig {
     /// The workspace whose checkpoint pages are shown (`workspace serve`);
     /// `None` for `serve`.
     pub workspace: Option<workspace::WorkspacePages>,
+    /// The store's quotas, shown beside its usage.
+    pub quota: Quota,
+    /// The S3 port's URL (`http://host:port`), which share links point
+    /// at; `None` offers no share links.
+    pub s3_endpoint: Option<String>,
+}
+
+/// The store's limits, as the server was started with them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Quota {
+    /// Most stored bytes (`--max-bytes`), if limited.
+    pub max_bytes: Option<u64>,
+    /// Most stored objects (`--max-objects`), if limited.
+    pub max_objects: Option<u64>,
 }
 
 /// A bound console.

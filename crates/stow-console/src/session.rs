@@ -26,6 +26,33 @@ pub const COOKIE_PATH: &str = "/_stow/console/";
 pub const CSRF_HEADER: &str = "x-stow-csrf";
 /// How long a session lives after sign-in.
 pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// For tests only: a session lifetime in seconds that replaces
+/// [`SESSION_TTL`] (the browser test of session expiry sets it short).
+pub const SESSION_TTL_ENV: &str = "STOW_TEST_CONSOLE_SESSION_SECS";
+
+/// How long a session lives: [`SESSION_TTL`], unless the test-only
+/// [`SESSION_TTL_ENV`] names a whole number of seconds from 1 to the
+/// default (anything else is ignored, with a warning).
+pub fn session_ttl() -> Duration {
+    match std::env::var(SESSION_TTL_ENV) {
+        Ok(v) => ttl_from(&v).unwrap_or_else(|| {
+            tracing::warn!(
+                "{SESSION_TTL_ENV}={v:?} ignored: not 1..={}",
+                SESSION_TTL.as_secs()
+            );
+            SESSION_TTL
+        }),
+        Err(_) => SESSION_TTL,
+    }
+}
+
+fn ttl_from(v: &str) -> Option<Duration> {
+    let secs = v.trim().parse::<u64>().ok()?;
+    (1..=SESSION_TTL.as_secs())
+        .contains(&secs)
+        .then(|| Duration::from_secs(secs))
+}
+
 /// Sessions kept at once; signing in beyond drops the oldest.
 const MAX_SESSIONS: usize = 256;
 
@@ -296,6 +323,15 @@ mod tests {
         // Once seen expired it is gone, even for an earlier clock.
         assert!(sessions.lookup(&a, t0).is_none());
         assert!(sessions.lookup(&b, t0).is_some());
+    }
+
+    #[test]
+    fn the_test_lifetime_is_bounded() {
+        assert_eq!(ttl_from("3"), Some(Duration::from_secs(3)));
+        assert_eq!(ttl_from(" 60 "), Some(Duration::from_secs(60)));
+        for bad in ["0", "-1", "x", "", "28801", "1.5"] {
+            assert_eq!(ttl_from(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
