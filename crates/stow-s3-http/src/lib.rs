@@ -13,6 +13,7 @@
 mod admin;
 mod auth;
 mod body;
+mod bucket_cors;
 mod config;
 mod connections;
 mod cors;
@@ -57,6 +58,7 @@ struct Handler {
     s3: S3Service,
     config: ServerConfig,
     cors: cors::Cors,
+    bucket_cors: bucket_cors::BucketCors,
     slots: Arc<Semaphore>,
     stats: admin::Stats,
 }
@@ -80,7 +82,9 @@ impl Server {
         ));
         let mut bases = vec!["localhost".to_string()];
         bases.extend(config.base_host.clone().filter(|b| !b.is_empty()));
-        builder.set_host(hosts::LocalHosts { bases });
+        builder.set_host(hosts::LocalHosts {
+            bases: bases.clone(),
+        });
         builder.set_auth(auth::OneKey {
             access_key: config.access_key.clone(),
             secret_key: SecretKey::from(config.secret_key.as_str()),
@@ -99,6 +103,10 @@ impl Server {
             slots: Arc::new(Semaphore::new(config.max_concurrent_requests.max(1))),
             cors: cors::Cors {
                 origins: config.cors_origins.clone(),
+            },
+            bucket_cors: bucket_cors::BucketCors {
+                store: config.store.clone(),
+                hosts: hosts::LocalHosts { bases },
             },
             config,
             stats: admin::Stats::new(listen),
@@ -136,7 +144,24 @@ impl Handler {
             "/s3".to_string()
         };
         let continuation = patches::Continuation::of(&req);
-        let mut resp = self.route(req, peer).await;
+        // A bucket's own CORS rules, read only for a browser's request.
+        let target = (!admin).then(|| self.bucket_cors.target(&req)).flatten();
+        let rules = match (&origin, &target) {
+            (Some(_), Some(t)) => self.bucket_cors.rules(&t.bucket).await,
+            _ => None,
+        };
+        let cors_method = bucket_cors::request_method(&req);
+        let mut resp = if method == Method::OPTIONS && !admin {
+            match (&rules, &target) {
+                (Some(rules), Some(target)) => bucket_cors::preflight(rules, target, &req),
+                _ if origin.is_none() => bucket_cors::bad_preflight(
+                    "Insufficient information. Origin request header needed.",
+                ),
+                _ => self.cors.preflight(&req),
+            }
+        } else {
+            self.route(req, peer).await
+        };
         if continuation.close_after(resp.status()) {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -153,7 +178,12 @@ impl Handler {
             resp.status().as_u16(),
             started.elapsed().as_secs_f64() * 1e3
         );
-        self.cors.decorate(origin.as_ref(), resp)
+        match (&rules, &origin) {
+            // A preflight answered by the bucket's rules has its headers.
+            (Some(_), Some(_)) if method == Method::OPTIONS => resp,
+            (Some(rules), Some(origin)) => bucket_cors::decorate(rules, origin, &cors_method, resp),
+            _ => self.cors.decorate(origin.as_ref(), resp),
+        }
     }
 
     async fn route(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
@@ -165,9 +195,6 @@ impl Handler {
             }
         } else if req.uri().path().starts_with("/_stow/") {
             return admin::answer(&self.config, &self.stats, &req, peer);
-        }
-        if req.method() == Method::OPTIONS && req.headers().contains_key(header::ORIGIN) {
-            return self.cors.preflight(&req);
         }
         if let Some(refusal) = early::refuse_early(&req, self.config.max_request_bytes) {
             return refusal;

@@ -3,12 +3,13 @@
 //! blocking thread, and converts the result.
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
-//! `listing`, `multipart`, `acl`, `tagging`, `versions`), conversions in `convert`; the `S3` impl below
+//! `listing`, `multipart`, `acl`, `tagging`, `versions`, `cors`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
 mod buckets;
 mod convert;
+mod cors;
 pub(crate) mod fuzzing;
 mod listing;
 mod multipart;
@@ -342,6 +343,27 @@ impl S3 for StowS3 {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         versions::put_bucket_versioning(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        cors::put_bucket_cors(self, req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        cors::get_bucket_cors(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        cors::delete_bucket_cors(self, req).await
     }
 
     async fn get_object_tagging(
