@@ -5,7 +5,7 @@ use std::io::Read;
 
 use crate::error::Result;
 use crate::model::*;
-use crate::reset::ResetReport;
+use crate::store::ResetReport;
 use crate::store::{ObjectRead, Store};
 
 /// Buckets, objects, listing and multipart uploads with S3 semantics.

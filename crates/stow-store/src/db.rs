@@ -529,7 +529,7 @@ impl Shared {
             Ok(()) => {
                 writer.unlinked.clear();
                 if let Some(dir) = effects.reset.take() {
-                    crate::reset::after_commit(&self.blobs, dir.as_deref(), &effects.discard);
+                    crate::blobs::after_commit(&self.blobs, dir.as_deref(), &effects.discard);
                 }
                 for id in &effects.publish {
                     self.blobs.publish(*id);

@@ -195,6 +195,14 @@ impl StoreError {
     }
 }
 
+/// The refusal of a read or condition that names an absent key.
+pub(crate) fn no_such_key(bucket: &str, key: &str) -> StoreError {
+    StoreError::NoSuchKey {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+    }
+}
+
 /// Whether an I/O error means the disk or the quota is full.
 pub fn io_is_no_space(e: &std::io::Error) -> bool {
     matches!(

@@ -11,10 +11,10 @@ use crate::checksum::ChecksumAlgorithm;
 use crate::completed;
 use crate::error::{Result, StoreError};
 use crate::model::{CompletedPart, ObjectMeta, PutOptions};
-use crate::multipart::{
+use crate::record::{self, Record};
+use crate::store::multipart::{
     check_completion, choose_parts, completed_record, drop_upload, load_parts, load_upload,
 };
-use crate::record::{self, Record};
 use crate::store::{ObjectBody, ReceivedBody, Store};
 
 /// What [`Store::join_upload`] found.

@@ -30,10 +30,7 @@ mod integrity;
 mod joined;
 mod list;
 mod model;
-mod multipart;
 mod record;
-mod reserve;
-mod reset;
 mod store;
 pub mod validate;
 mod versioned;
@@ -48,11 +45,9 @@ pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use joined::{JoinTicket, Joined, JoinedUpload};
 pub use list::page_of_sorted;
 pub use model::*;
-pub use multipart::MIN_PART_SIZE;
-pub use reset::ResetReport;
 pub use store::{
-    ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, Store, LOCK_FILE, SMALL_BODY_MAX,
-    VERIFIED_READ_LIMIT,
+    ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, ResetReport, Store, LOCK_FILE,
+    MIN_PART_SIZE, SMALL_BODY_MAX, VERIFIED_READ_LIMIT,
 };
 
 /// Lowercase hex of bytes: the one encoding of digests and IDs every

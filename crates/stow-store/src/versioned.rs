@@ -90,7 +90,7 @@ impl Store {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         let version = version.map(VersionRef::parse).transpose()?;
-        crate::reserve::freeing(&self.inner.reserve, || {
+        crate::store::reserve::freeing(&self.inner.reserve, || {
             let (bucket, key, version) = (bucket.to_string(), key.to_string(), version.clone());
             let quota = self.inner.quota();
             self.inner.db.write(move |conn, fx| {

@@ -442,7 +442,7 @@ pub(crate) fn lookup(
                 });
             }
         }
-        return Err(crate::store::no_such_key(bucket, key));
+        return Err(crate::error::no_such_key(bucket, key));
     };
     if let Some(cur) = current.filter(|c| v.names(c.vid.as_deref())) {
         return Ok(cur);

@@ -1,16 +1,9 @@
 //! Write conditions (`If-Match`, `If-None-Match` on writes) and read
 //! conditions, with the store's errors.
 
-use crate::error::{Result, StoreError};
+use crate::error::{no_such_key, Result, StoreError};
 use crate::model::*;
 use crate::record::{self, Record};
-
-pub(crate) fn no_such_key(bucket: &str, key: &str) -> StoreError {
-    StoreError::NoSuchKey {
-        bucket: bucket.to_string(),
-        key: key.to_string(),
-    }
-}
 
 pub(crate) fn check_write_condition(
     cond: &WriteCondition,

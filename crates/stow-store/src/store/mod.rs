@@ -18,11 +18,17 @@ use crate::validate;
 
 mod body;
 mod conditions;
+pub(crate) mod multipart;
 mod objects;
+pub(crate) mod reserve;
+mod reset;
 
+pub(crate) use crate::error::no_such_key;
 pub use body::{ObjectBody, ObjectRead, ReceivedBody, VERIFIED_READ_LIMIT};
+pub(crate) use conditions::check_write_condition;
 pub use conditions::ConditionCheck;
-pub(crate) use conditions::{check_write_condition, no_such_key};
+pub use multipart::MIN_PART_SIZE;
+pub use reset::ResetReport;
 
 /// Name of the lock file that marks a directory's owner.
 pub const LOCK_FILE: &str = "stow.lock";
@@ -52,7 +58,7 @@ pub(crate) struct Inner {
     pub store_id: Vec<u8>,
     pub dir: Option<PathBuf>,
     /// Space held back so deletes commit on a full disk.
-    pub reserve: crate::reserve::Reserve,
+    pub reserve: reserve::Reserve,
     _lock: Option<File>,
 }
 
@@ -149,11 +155,11 @@ impl Store {
         let db = Db::open(&dir.join(DB_FILE), Arc::clone(&blobs), opts.db_cache_bytes)?;
         let b = Arc::clone(&blobs);
         let store_id = db.write(move |conn, _| {
-            crate::reset::open_blob_dir(conn, &b)?;
+            crate::blobs::open_blob_dir(conn, &b)?;
             b.recover(conn)?;
             store_identity(conn)
         })?;
-        let reserve = crate::reserve::Reserve::open(dir, opts.space_reserve_bytes);
+        let reserve = reserve::Reserve::open(dir, opts.space_reserve_bytes);
         // Orders the names a new store made (the database, `tmp/`, the lock
         // and owner files, the reserve) before the first write it
         // acknowledges: SQLite fsyncs its WAL's directory entry but not the
@@ -203,7 +209,7 @@ impl Store {
                 instance: rand::random(),
                 store_id,
                 dir: None,
-                reserve: crate::reserve::Reserve::none(),
+                reserve: reserve::Reserve::none(),
                 _lock: None,
             }),
         })
@@ -290,7 +296,7 @@ impl Store {
             }
             // In-progress uploads do not keep a bucket alive (as on AWS):
             // they are aborted, their parts freed, in this transaction.
-            crate::multipart::drop_bucket_uploads(conn, fx, &quota, id)?;
+            multipart::drop_bucket_uploads(conn, fx, &quota, id)?;
             conn.execute("DELETE FROM buckets WHERE id = ?1", [id])?;
             Ok(())
         })

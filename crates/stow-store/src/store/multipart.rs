@@ -7,13 +7,13 @@ use md5::Digest as _;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use super::{check_write_condition, Store};
 use crate::blobs::BlobId;
 use crate::checksum::{self, Checksum, ChecksumAlgorithm, ChecksumType};
 use crate::completed;
 use crate::error::{Result, StoreError};
 use crate::model::*;
 use crate::record::{self, Extent, Record, StoredProps};
-use crate::store::{check_write_condition, Store};
 use crate::validate;
 
 /// Every part but the last must be at least this large.
@@ -458,9 +458,7 @@ impl Store {
             };
             let total = extents.iter().map(|e| e.size).sum();
             let body = alg
-                .map(|_| {
-                    crate::store::ObjectBody::plan(conn, &self.inner.blobs, &extents, 0, total)
-                })
+                .map(|_| super::ObjectBody::plan(conn, &self.inner.blobs, &extents, 0, total))
                 .transpose()?;
             Ok((alg.zip(body), extents))
         })?;

@@ -147,7 +147,7 @@ pub(crate) fn freeing<T>(reserve: &Reserve, op: impl Fn() -> Result<T>) -> Resul
     result
 }
 
-impl crate::store::Store {
+impl super::Store {
     /// Deletes an object; deleting an absent key is not an error. Returns
     /// whether an object was deleted. On a full disk the space reserve is
     /// released for it (see the module).

@@ -15,9 +15,11 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::reset;
-
 use rusqlite::Connection;
+
+mod dirs;
+
+pub(crate) use dirs::{after_commit, open_blob_dir, DEFAULT_BLOB_DIR, META_BLOB_DIR, RESET_PREFIX};
 
 use crate::checksum::{BodyDigests, BodyHasher};
 use crate::error::{Result, StoreError};
@@ -50,7 +52,7 @@ pub(crate) enum BlobStore {
         /// The store's data directory.
         root: PathBuf,
         /// The blob directory the database names (`blobs`, or the
-        /// `blobs-<hex>` a reset switched to; see [`crate::reset`]).
+        /// `blobs-<hex>` a reset switched to; see `dirs`).
         blobs: RwLock<Arc<Path>>,
         tmp: PathBuf,
     },
@@ -160,7 +162,7 @@ impl BlobStore {
         // costs a fresh store tens of milliseconds before it can answer.
         Ok(Self::Disk {
             root: dir.to_path_buf(),
-            blobs: RwLock::new(Arc::from(dir.join(reset::DEFAULT_BLOB_DIR))),
+            blobs: RwLock::new(Arc::from(dir.join(DEFAULT_BLOB_DIR))),
             tmp,
         })
     }
