@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod mcp;
 pub mod mcp_workspace;
+pub(crate) mod mcp_workspace_server;
 pub mod remote;
 pub mod s3;
 pub mod store;

@@ -469,14 +469,14 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     // The MCP side has a registry of its own, so the other captures never
     // rewrite the stat cache it keeps.
     let mcp_reg = fresh_registry(&top, "mcp", &record, &ws.workspace_id)?;
-    let mut server = super::mcp_workspace::server::serve_bounded(
+    let mut server = super::mcp_workspace_server::serve_bounded(
         &bin,
         mcp_reg.dir(),
         &ws.workspace_id,
         tree_bytes * 2,
         plan.files * 2,
     )?;
-    super::mcp_workspace::server::mcp_capture(&mut server, &ws.workspace_id, "first")?;
+    super::mcp_workspace_server::mcp_capture(&mut server, &ws.workspace_id, "first")?;
     let cli_capture = |reg: &Registry| -> Result<Run> {
         time_one_all_cpu(|| {
             let out = Command::new(&bin)
@@ -522,13 +522,13 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
         cli_capture(&watch_reg)?;
         change_ten(&plan, &pool, &root, round + 5)?;
         watched_inc.push(cli_capture(&watch_reg)?);
-        super::mcp_workspace::server::mcp_capture(
+        super::mcp_workspace_server::mcp_capture(
             &mut server,
             &ws.workspace_id,
             &format!("catch-up-{rep}"),
         )?;
         change_ten(&plan, &pool, &root, round + 2)?;
-        mcp_inc.push(super::mcp_workspace::server::mcp_capture(
+        mcp_inc.push(super::mcp_workspace_server::mcp_capture(
             &mut server,
             &ws.workspace_id,
             &format!("inc-{rep}"),

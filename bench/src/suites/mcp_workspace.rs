@@ -16,16 +16,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-pub(crate) mod server;
-
 use super::mcp::server_binary;
+use super::mcp_workspace_server::{mcp_capture, serve};
 use super::workspace::{bench_workspace, change_ten, fresh_registry, Plan};
 use crate::data::{Pool, SEED};
 use crate::harness::{context, vm_hwm_kib, Cache, Figure, Result, Run, Side, Spec, Unit};
 use crate::machine::{loadavg, Machine};
 use crate::report::{Info, Report};
 use crate::suites::SuiteArgs;
-use server::{mcp_capture, serve};
 
 /// One keyed portable capture through the CLI.
 fn cli_capture(bin: &Path, reg: &Path, ws: &str, key: &str) -> Result<Run> {
