@@ -23,7 +23,7 @@ pub(crate) struct BucketCors {
 /// What a request addresses, for the refusal's `<ResourceType>`.
 pub(crate) struct Target {
     pub(crate) bucket: String,
-    object: bool,
+    pub(crate) object: bool,
 }
 
 impl BucketCors {

@@ -99,6 +99,22 @@ pub fn to_s3(e: StoreError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
+/// Maps a refusal of a browser POST form (`post.rs`) to its S3 error: a
+/// form that cannot be read is MalformedPOSTRequest, a missing field or
+/// file InvalidArgument, a policy document S3 cannot read
+/// InvalidPolicyDocument, and everything the policy forbids (expired, a
+/// condition failed, a field no condition names) 403 AccessDenied.
+pub(crate) fn post_refusal(e: crate::post::PostError) -> S3Error {
+    use crate::post::PostError as P;
+    let code = match &e {
+        P::Malformed(_) | P::Body(_) => S3ErrorCode::MalformedPOSTRequest,
+        P::NoFile | P::MissingField(_) => S3ErrorCode::InvalidArgument,
+        P::InvalidPolicy(_) => S3ErrorCode::InvalidPolicyDocument,
+        P::Expired | P::ConditionFailed(_) | P::ExtraField(_) => S3ErrorCode::AccessDenied,
+    };
+    S3Error::with_message(code, e.to_string())
+}
+
 /// The headers of an answer about a delete marker: `x-amz-delete-marker:
 /// true` and its version ID (`s3s` replaces an error's headers with these,
 /// so the XML content type is among them).

@@ -21,6 +21,7 @@ mod early;
 mod errors;
 mod hosts;
 mod patches;
+mod post;
 mod public;
 mod reset;
 mod respond;
@@ -215,9 +216,23 @@ impl Handler {
                 q.split('&')
                     .any(|p| p.split('=').next() == Some("attributes"))
             });
-        let req = req.map(Body::from);
+        // A browser POST form to a bucket: its fields checked and the key
+        // completed here, the rest by `s3s` (post.rs).
+        let form = post::boundary(&req).and_then(|boundary| {
+            let target = self.bucket_cors.target(&req)?;
+            (!target.object).then_some((boundary, target.bucket))
+        });
+        let is_form = form.is_some();
+        let req = match form {
+            Some((boundary, bucket)) => match post::prepare(req, &bucket, &boundary).await {
+                Ok(req) => req,
+                Err(e) => return xml_error(e),
+            },
+            None => req.map(Body::from),
+        };
         match self.s3.call(req).await {
             Ok(resp) if attributes => patches::unquote_attributes_etag(resp),
+            Ok(resp) if is_form => post::mend(resp),
             Ok(resp) => resp,
             Err(e) => {
                 tracing::error!("request failed: {e:?}");

@@ -17,7 +17,11 @@ pub(super) async fn put_object(
     svc.writable()?;
     let trailer = trailer_alg(&req.headers);
     let trailing_checksums = trailing(req.trailing_headers.clone());
-    let input = req.input;
+    let mut input = req.input;
+    // A browser POST form's checksum fields (post.rs).
+    if let Some(sums) = req.extensions.get::<crate::post::FormChecksums>() {
+        sums.apply(&mut input);
+    }
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let opts = store::PutOptions {
