@@ -61,7 +61,17 @@ export const api = {
   deleteBucket: (name) => call("DELETE", "bucket", { name }),
   objects: (bucket, prefix, token) => call("GET", "objects", { bucket, prefix, token }),
   deleteObject: (bucket, key) => call("DELETE", "object", { bucket, key }),
+  deleteMany: (bucket, keys) => call("POST", "delete", {}, { bucket, keys }),
   downloadUrl: (bucket, key) => apiUrl("object", { bucket, key }),
+  details: (bucket, key, version) => call("GET", "details", { bucket, key, version }),
+  preview: (bucket, key) => call("GET", "preview", { bucket, key }),
+  imageUrl: (bucket, key) => apiUrl("image", { bucket, key }),
+  share: (bucket, key, expires) => call("POST", "share", {}, { bucket, key, expires }),
+  usage: (bucket) => call("GET", "usage", { bucket }),
+  createMultipart: (bucket, key, contentType) =>
+    call("POST", "multipart", {}, { bucket, key, content_type: contentType }),
+  completeMultipart: (bucket, key, upload, parts) => call("POST", "complete", {}, { bucket, key, upload, parts }),
+  abortMultipart: (bucket, key, upload) => call("DELETE", "multipart", { bucket, key, upload }),
   // Workspace pages (`workspace serve`).
   checkpoints: (cursor) => call("GET", "checkpoints", { cursor }),
   status: (cursor) => call("GET", "status", { cursor }),
@@ -84,13 +94,24 @@ export function requestKey() {
  * Returns { promise, cancel }.
  */
 export function upload(bucket, key, file, onProgress) {
+  return put(apiUrl("object", { bucket, key }), file, file.type || "application/octet-stream", (loaded) =>
+    onProgress(file.size ? loaded / file.size : 1),
+  );
+}
+
+/** Sends one part of a multipart upload; `onProgress` gets bytes sent. */
+export function uploadPart(bucket, key, upload, number, blob, onProgress) {
+  return put(apiUrl("part", { bucket, key, upload, number }), blob, "application/octet-stream", onProgress);
+}
+
+function put(url, blob, contentType, onProgress) {
   const xhr = new XMLHttpRequest();
   const promise = new Promise((resolve, reject) => {
-    xhr.open("PUT", apiUrl("object", { bucket, key }));
+    xhr.open("PUT", url);
     xhr.setRequestHeader("X-Stow-CSRF", csrf);
-    xhr.setRequestHeader("Content-Type", file.type || "application/octet-stream");
+    xhr.setRequestHeader("Content-Type", contentType);
     xhr.upload.onprogress = (e) => {
-      if (e.lengthComputable) onProgress(e.loaded / e.total);
+      if (e.lengthComputable) onProgress(e.loaded);
     };
     xhr.onload = () => {
       let data = null;
@@ -100,7 +121,7 @@ export function upload(bucket, key, file, onProgress) {
         data = null;
       }
       if (xhr.status >= 200 && xhr.status < 300) {
-        onProgress(1);
+        onProgress(blob.size);
         resolve(data);
       } else {
         const err = (data && data.error) || {};
@@ -109,7 +130,7 @@ export function upload(bucket, key, file, onProgress) {
     };
     xhr.onerror = () => reject(new ApiError(0, "network", "the upload failed (network error)"));
     xhr.onabort = () => reject(new ApiError(0, "cancelled", "the upload was cancelled"));
-    xhr.send(file);
+    xhr.send(blob);
   });
   return { promise, cancel: () => xhr.abort() };
 }

@@ -2,7 +2,9 @@
 // Every name from the server reaches the page as text (textContent, Text
 // nodes, attribute values), never as markup.
 
-import { api, upload, setCsrf } from "./api.js";
+import { api, setCsrf } from "./api.js";
+import { mountObjects } from "./objects.js";
+import { mountUploads } from "./uploads.js";
 import { mountWorkspace } from "./workspace.js";
 
 const $ = (id) => document.getElementById(id);
@@ -13,6 +15,7 @@ const state = {
   prefix: "",
   tokens: [""], // continuation token of each page seen, the current one last
   next: null,
+  filter: "", // the prefix filter, under the folder's prefix
 };
 
 /** Creates an element. Strings among `children` become Text nodes. */
@@ -67,8 +70,9 @@ async function attempt(action) {
   try {
     return await action();
   } catch (err) {
-    if (err.status === 401 && state.session) {
-      signedOut("Your session has ended; sign in again.");
+    if (err.status === 401) {
+      // Several calls may be refused at once; the first signs out.
+      if (state.session) signedOut("Your session has ended; sign in again.");
     } else {
       showError(err);
     }
@@ -98,7 +102,10 @@ function signedIn(session) {
   setCsrf(session.csrf);
   $("who").textContent = `${session.access_key}${session.read_only ? " (read-only)" : ""}`;
   $("sign-out").hidden = false;
-  for (const node of document.querySelectorAll("#create-bucket-form, #upload")) node.hidden = session.read_only;
+  for (const node of document.querySelectorAll("#create-bucket-form, #upload, #drop, #delete-selected")) {
+    node.hidden = session.read_only;
+  }
+  $("select-all").hidden = session.read_only;
   $("ws-nav").hidden = !session.workspace;
   route();
 }
@@ -156,10 +163,19 @@ function route() {
   const bucket = params.get("b") || "";
   const prefix = params.get("p") || "";
   if (bucket) {
-    if (bucket !== state.bucket || prefix !== state.prefix) state.tokens = [""];
+    const moved = bucket !== state.bucket || prefix !== state.prefix;
+    if (moved) {
+      state.tokens = [""];
+      state.filter = "";
+      $("filter").value = "";
+      objectPages.resetSelection();
+      objectPages.closeDetails();
+    }
+    const otherBucket = bucket !== state.bucket;
     state.bucket = bucket;
     state.prefix = prefix;
     showObjects();
+    if (otherBucket) objectPages.loadUsage();
   } else {
     state.bucket = "";
     showBuckets();
@@ -242,16 +258,19 @@ async function showObjects() {
   $("bucket-name").textContent = state.bucket;
   crumbs();
   const token = state.tokens[state.tokens.length - 1];
-  const data = await attempt(() => api.objects(state.bucket, state.prefix, token));
+  const listed = state.prefix + state.filter;
+  const data = await attempt(() => api.objects(state.bucket, listed, token));
   if (!data) {
     $("object-rows").replaceChildren();
     return;
   }
+  if (data.prefix !== state.prefix + state.filter) return; // a newer filter is on its way
   const readOnly = state.session.read_only;
   const folders = data.folders.map((folder) =>
     el(
       "tr",
       {},
+      el("td", { class: "pick" }),
       el("td", { class: "name" }, el("a", { href: link(state.bucket, folder) }, folder.slice(state.prefix.length))),
       el("td", {}, "folder"),
       el("td", {}),
@@ -262,12 +281,19 @@ async function showObjects() {
     el(
       "tr",
       {},
+      readOnly ? el("td", { class: "pick" }) : objectPages.pickCell(o.key),
       el("td", { class: "name" }, o.key.slice(state.prefix.length)),
       el("td", {}, formatSize(o.size)),
       el("td", {}, formatTime(o.last_modified)),
       el(
         "td",
         { class: "actions" },
+        el("button", {
+          type: "button",
+          "aria-label": `Details ${o.key}`,
+          text: "Details",
+          onclick: () => objectPages.openDetails(o.key),
+        }),
         el("a", {
           class: "button",
           href: api.downloadUrl(state.bucket, o.key),
@@ -287,6 +313,7 @@ async function showObjects() {
     ),
   );
   $("object-rows").replaceChildren(...folders, ...objects);
+  objectPages.updateSelection();
   $("no-objects").hidden = folders.length + objects.length > 0;
   state.next = data.next;
   $("next-page").hidden = !data.next;
@@ -299,52 +326,76 @@ async function deleteObject(key) {
   const done = await attempt(() => api.deleteObject(state.bucket, key));
   if (done) {
     say(`Deleted ${key}.`);
-    showObjects();
+    objectPages.closeDetails();
+    refreshObjects();
   }
 }
+
+/** Reloads the listing and the usage figures after a change. */
+function refreshObjects() {
+  showObjects();
+  objectPages.loadUsage();
+}
+
+let filterTimer = 0;
+$("filter").addEventListener("input", () => {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => {
+    state.filter = $("filter").value;
+    state.tokens = [""];
+    objectPages.resetSelection();
+    showObjects();
+  }, 200);
+});
+
+$("filter-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  clearTimeout(filterTimer);
+  state.filter = $("filter").value;
+  state.tokens = [""];
+  objectPages.resetSelection();
+  showObjects();
+});
 
 $("next-page").addEventListener("click", () => {
   if (!state.next) return;
   state.tokens.push(state.next);
+  objectPages.resetSelection();
   showObjects();
 });
 
 $("prev-page").addEventListener("click", () => {
   if (state.tokens.length > 1) state.tokens.pop();
+  objectPages.resetSelection();
   showObjects();
 });
 
-$("refresh").addEventListener("click", () => showObjects());
+$("refresh").addEventListener("click", () => refreshObjects());
 
-$("upload").addEventListener("click", () => $("upload-input").click());
+const objectPages = mountObjects({
+  $,
+  el,
+  formatSize,
+  formatTime,
+  say,
+  showError,
+  clearError,
+  attempt,
+  confirmDelete,
+  where: () => ({ bucket: state.bucket, prefix: state.prefix, readOnly: !state.session || state.session.read_only }),
+  refresh: () => refreshObjects(),
+});
 
-$("upload-input").addEventListener("change", async (e) => {
-  const files = [...e.target.files];
-  e.target.value = "";
-  clearError();
-  const bucket = state.bucket;
-  const prefix = state.prefix;
-  for (const file of files) {
-    const key = prefix + file.name;
-    const bar = el("progress", { max: "1", value: "0", "aria-label": `Upload progress of ${file.name}` });
-    const item = el("li", {}, el("span", {}, file.name), bar);
-    const job = upload(bucket, key, file, (fraction) => {
-      bar.value = fraction;
-    });
-    const cancel = el("button", { type: "button", text: "Cancel", "aria-label": `Cancel upload of ${file.name}`, onclick: () => job.cancel() });
-    item.append(cancel);
-    $("uploads").append(item);
-    try {
-      await job.promise;
-      say(`Uploaded ${key}.`);
-      item.remove();
-    } catch (err) {
-      cancel.remove();
-      item.append(el("span", { class: "muted" }, err.code === "cancelled" ? "cancelled" : "failed"));
-      if (err.code !== "cancelled") showError(err);
-    }
-  }
-  if (state.bucket === bucket && state.prefix === prefix) showObjects();
+mountUploads({
+  $,
+  el,
+  say,
+  showError,
+  clearError,
+  where: () => ({ bucket: state.bucket, prefix: state.prefix, readOnly: !state.session || state.session.read_only }),
+  done: (bucket, prefix) => {
+    if (state.bucket === bucket && state.prefix === prefix) refreshObjects();
+  },
 });
 
 // ---- workspace pages (workspace serve) ----

@@ -38,6 +38,16 @@ pub const ASSETS: &[Asset] = &[
         bytes: include_bytes!("../assets/api.js"),
     },
     Asset {
+        name: "objects.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../assets/objects.js"),
+    },
+    Asset {
+        name: "uploads.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../assets/uploads.js"),
+    },
+    Asset {
         name: "workspace.js",
         content_type: "text/javascript; charset=utf-8",
         bytes: include_bytes!("../assets/workspace.js"),
