@@ -12,8 +12,9 @@
 //!   AccessDenied, "Invalid according to Policy: …");
 //! - takes the checksum fields (`x-amz-checksum-*`, which S3 takes without
 //!   a condition and `s3s` would refuse as unnamed) out of the form and
-//!   hands them to PutObject as [`FormChecksums`], so the file is checked
-//!   against them.
+//!   hands them to PutObject in [`FormUpload`], so the file is checked
+//!   against them (PutObject also names the ETag in a header for a form,
+//!   which `s3s` leaves out of a POST's answer).
 //!
 //! After `s3s`, [`mend`] quotes the ETag of the 201 answer's XML and of the
 //! `success_action_redirect` location, as S3 writes them.
@@ -55,12 +56,13 @@ pub(crate) enum PostError {
     Body(String),
 }
 
-/// The checksum fields of a POST form, for PutObject to check the file
-/// against (see the module's header).
+/// Marks a PutObject as a POST form's upload and holds the form's
+/// checksum fields, for PutObject to check the file against (see the
+/// module's header). A request extension set by [`prepare`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct FormChecksums(Vec<(String, String)>);
+pub(crate) struct FormUpload(Vec<(String, String)>);
 
-impl FormChecksums {
+impl FormUpload {
     /// Sets the input's checksums from the form's fields.
     pub(crate) fn apply(&self, input: &mut PutObjectInput) {
         for (name, value) in &self.0 {
@@ -138,7 +140,7 @@ pub(crate) async fn prepare(
         .into_iter()
         .map(|(n, v)| (n.to_ascii_lowercase(), v))
         .collect();
-    parts.extensions.insert(FormChecksums(sums));
+    parts.extensions.insert(FormUpload(sums));
 
     let mut head = form::rebuild(&fields, boundary, &form.file_headers);
     head.extend_from_slice(&buf[form.consumed..]);

@@ -18,10 +18,12 @@ pub(super) async fn put_object(
     let trailer = trailer_alg(&req.headers);
     let trailing_checksums = trailing(req.trailing_headers.clone());
     let mut input = req.input;
-    // A browser POST form's checksum fields (post.rs).
-    if let Some(sums) = req.extensions.get::<crate::post::FormChecksums>() {
-        sums.apply(&mut input);
+    // A browser POST form's checksum fields (post/).
+    let form = req.extensions.get::<crate::post::FormUpload>();
+    if let Some(form) = form {
+        form.apply(&mut input);
     }
+    let form = form.is_some();
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
     let opts = store::PutOptions {
@@ -53,7 +55,7 @@ pub(super) async fn put_object(
         }
     };
     let c = ChecksumFields::of(meta.checksum.as_ref());
-    Ok(S3Response::new(PutObjectOutput {
+    let mut resp = S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&meta.etag)),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
@@ -63,7 +65,15 @@ pub(super) async fn put_object(
         checksum_type: c.kind,
         version_id: written_version(&meta),
         ..Default::default()
-    }))
+    });
+    // `s3s` writes a POST's answer without the output's headers; S3 names
+    // the ETag there too (a browser page reads it).
+    if form {
+        if let Ok(v) = http::HeaderValue::from_str(&meta.etag) {
+            resp.headers.insert(http::header::ETAG, v);
+        }
+    }
+    Ok(resp)
 }
 
 pub(super) async fn delete_object(
