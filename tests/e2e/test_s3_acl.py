@@ -2,8 +2,10 @@
 `authenticated-read` accepted on CreateBucket, PutObject, CopyObject,
 CreateMultipartUpload, PutBucketAcl and PutObjectAcl, kept durably,
 answered by Get*Acl as AWS writes them, and honoured for anonymous reads:
-an unsigned GET/HEAD of a public object, or ListObjects of a public
-bucket, is served; every other unsigned request is 403 AccessDenied."""
+an unsigned GET/HEAD of a public object (or of a missing key in a public
+bucket: 404), or ListObjects of a public bucket, is served, and so is an
+unsigned PutObject or POST form into a public-read-write bucket; every
+other unsigned request is 403 AccessDenied."""
 
 import boto3
 import botocore
@@ -112,10 +114,19 @@ def test_anonymous_reads_follow_the_acls(s3server, s3):
         assert r.status_code == 200 and r.headers["Content-Length"] == "9"
         r = requests.get(f"{ep}/{bucket}/open", headers={"Range": "bytes=0-3"}, timeout=10)
         assert (r.status_code, r.content) == (206, b"open")
-        # Private and authenticated-read objects, and missing ones: 403.
-        for key in ("closed", "auth", "missing"):
+        # Private and authenticated-read objects: 403.
+        for key in ("closed", "auth"):
             denied(requests.get(f"{ep}/{bucket}/{key}", timeout=10))
             denied(requests.head(f"{ep}/{bucket}/{key}", timeout=10))
+        # A missing key: 404 where anyone may list the bucket (as S3
+        # answers), else 403.
+        if bucket == "pub":
+            r = requests.get(f"{ep}/{bucket}/missing", timeout=10)
+            assert r.status_code == 404 and "<Code>NoSuchKey</Code>" in r.text, r.text
+            assert requests.head(f"{ep}/{bucket}/missing", timeout=10).status_code == 404
+        else:
+            denied(requests.get(f"{ep}/{bucket}/missing", timeout=10))
+            denied(requests.head(f"{ep}/{bucket}/missing", timeout=10))
         # Anything else anonymous: 403, nothing changes.
         denied(requests.put(f"{ep}/{bucket}/open", data=b"overwritten", timeout=10))
         denied(requests.put(f"{ep}/{bucket}/rw", data=b"overwritten", timeout=10))
@@ -133,7 +144,13 @@ def test_anonymous_reads_follow_the_acls(s3server, s3):
     denied(requests.get(f"{ep}/", timeout=10))
     denied(requests.put(f"{ep}/newbucket", timeout=10))
     denied(requests.post(f"{ep}/pub?delete", data=b"<Delete/>", timeout=10))
-    # Made private again: no longer readable anonymously.
+    # A public-read-write bucket takes anonymous writes (AllUsers WRITE).
+    s3.create_bucket(Bucket="drop", ACL="public-read-write")
+    r = requests.put(f"{ep}/drop/anon", data=b"dropped", timeout=10)
+    assert r.status_code == 200, r.text
+    assert s3.get_object(Bucket="drop", Key="anon")["Body"].read() == b"dropped"
+    denied(requests.delete(f"{ep}/drop/anon", timeout=10))
+        # Made private again: no longer readable anonymously.
     s3.put_object_acl(Bucket="pub", Key="open", ACL="private")
     denied(requests.get(f"{ep}/pub/open", timeout=10))
     s3.put_bucket_acl(Bucket="pub", ACL="private")

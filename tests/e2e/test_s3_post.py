@@ -138,6 +138,17 @@ def test_key_from_filename_and_metadata(post_v2, s3):
     assert xml_error(r)[:2] == (403, "AccessDenied")
 
 
+def test_tags_from_the_tagging_field(post_v2, s3):
+    tagging = ("<Tagging><TagSet><Tag><Key>team</Key><Value>a b</Value></Tag>"
+               "<Tag><Key>k&amp;1</Key><Value>v=1</Value></Tag></TagSet></Tagging>")
+    r = post_v2(BASE + [["starts-with", "$tagging", ""]], {**FIELDS, "tagging": tagging})
+    assert r.status_code == 204, r.text
+    got = s3.get_object_tagging(Bucket="forms", Key="up/a.txt")["TagSet"]
+    assert sorted((t["Key"], t["Value"]) for t in got) == [("k&1", "v=1"), ("team", "a b")]
+    r = post_v2(BASE + [["starts-with", "$tagging", ""]], {**FIELDS, "tagging": "team=a"})
+    assert xml_error(r)[:2] == (400, "MalformedXML")
+
+
 def test_fields_no_condition_names(post_v2):
     r = post_v2(fields={**FIELDS, "x-amz-meta-extra": "1"})
     status, code, message = xml_error(r)
@@ -204,3 +215,10 @@ def test_malformed_forms(s3server, s3):
     r = requests.post(url, files=[("key", "k"), ("file", b"x")])
     assert xml_error(r)[:2] == (403, "AccessDenied")
     assert s3.list_objects_v2(Bucket="forms")["KeyCount"] == 0
+    # An unsigned form (no policy) into a public-read-write bucket: taken,
+    # with its success_action_status, as S3 takes it.
+    s3.create_bucket(Bucket="drop", ACL="public-read-write")
+    r = requests.post(f"{s3server.endpoint}/drop",
+                      files=[("key", "anon.txt"), ("success_action_status", "201"), ("file", b"anon")])
+    assert r.status_code == 201, r.text
+    assert s3.get_object(Bucket="drop", Key="anon.txt")["Body"].read() == b"anon"

@@ -1,15 +1,18 @@
 //! Anonymous access as canned ACLs grant it: an unsigned GET/HEAD of an
 //! object whose ACL is `public-read` or `public-read-write`, and an
 //! unsigned ListObjects (v1, v2) of a bucket whose ACL is one of those,
-//! are served; every other unsigned request is 403 AccessDenied, as before.
-//! Signed requests are not looked at here (SigV4 already checked them).
+//! are served; so is a GET/HEAD of a missing key in such a bucket (404, as
+//! S3 answers whoever may list the bucket), and a PutObject or browser
+//! POST upload into a `public-read-write` bucket (AllUsers WRITE). Every
+//! other unsigned request is 403 AccessDenied. Signed requests are not
+//! looked at here (SigV4 already checked them).
 
 use std::sync::Arc;
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::path::S3Path;
 use s3s::{s3_error, S3Result};
-use stow_store::ObjectBackend;
+use stow_store::{CannedAcl, ObjectBackend, StoreError};
 
 /// The `s3s` access check: signed requests pass, unsigned ones only where
 /// an ACL makes the resource public.
@@ -21,6 +24,7 @@ pub(crate) struct PublicReads {
 enum Wanted {
     Object { bucket: String, key: String },
     Listing { bucket: String },
+    Write { bucket: String },
 }
 
 fn wanted(op: &str, path: &S3Path) -> Option<Wanted> {
@@ -30,6 +34,10 @@ fn wanted(op: &str, path: &S3Path) -> Option<Wanted> {
             key: key.to_string(),
         }),
         ("ListObjects" | "ListObjectsV2", S3Path::Bucket { bucket }) => Some(Wanted::Listing {
+            bucket: bucket.to_string(),
+        }),
+        ("PutObject", S3Path::Object { bucket, .. })
+        | ("PostObject", S3Path::Bucket { bucket }) => Some(Wanted::Write {
             bucket: bucket.to_string(),
         }),
         _ => None,
@@ -47,15 +55,23 @@ impl S3Access for PublicReads {
             return Err(denied());
         };
         let store = Arc::clone(&self.store);
-        // A missing bucket or object, or any failure, is a refusal: an
-        // anonymous caller learns nothing about what exists.
+        // A missing bucket, or any failure, is a refusal: an anonymous
+        // caller learns nothing about what exists, except by listing a
+        // public bucket.
         let public = tokio::task::spawn_blocking(move || match want {
-            Wanted::Object { bucket, key } => store
-                .head_object(&bucket, &key)
-                .is_ok_and(|m| m.props.acl.public_read()),
+            Wanted::Object { bucket, key } => match store.head_object(&bucket, &key) {
+                Ok(m) => m.props.acl.public_read(),
+                Err(StoreError::NoSuchKey { .. } | StoreError::KeyDeleted { .. }) => {
+                    store.bucket_acl(&bucket).is_ok_and(|acl| acl.public_read())
+                }
+                Err(_) => false,
+            },
             Wanted::Listing { bucket } => {
                 store.bucket_acl(&bucket).is_ok_and(|acl| acl.public_read())
             }
+            Wanted::Write { bucket } => store
+                .bucket_acl(&bucket)
+                .is_ok_and(|acl| acl == CannedAcl::PublicReadWrite),
         })
         .await
         .unwrap_or(false);

@@ -16,7 +16,8 @@
 //!   against them (PutObject also names the ETag in a header for a form,
 //!   which `s3s` leaves out of a POST's answer).
 //!
-//! After `s3s`, [`mend`] quotes the ETag of the 201 answer's XML and of the
+//! The `tagging` field (a `<Tagging>` document) becomes the upload's tags
+//! the same way. After `s3s`, [`mend`] quotes the ETag of the 201 answer's XML and of the
 //! `success_action_redirect` location, as S3 writes them.
 
 mod form;
@@ -26,8 +27,8 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
 use hyper::body::{Frame, Incoming};
-use s3s::dto::{ChecksumAlgorithm, PutObjectInput};
-use s3s::S3Error;
+use s3s::dto::{ChecksumAlgorithm, PutObjectInput, Tagging};
+use s3s::{s3_error, S3Error, S3Result};
 
 use crate::errors::post_refusal;
 use crate::respond::Body;
@@ -60,12 +61,47 @@ pub(crate) enum PostError {
 /// checksum fields, for PutObject to check the file against (see the
 /// module's header). A request extension set by [`prepare`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct FormUpload(Vec<(String, String)>);
+pub(crate) struct FormUpload {
+    /// `(name in lower case, value)` of each checksum field.
+    checksums: Vec<(String, String)>,
+    /// The `tagging` field: a `<Tagging>` document, as S3's POST takes tags.
+    tagging: Option<String>,
+}
+
+/// `%XX`-encodes all but RFC 3986's unreserved characters.
+fn form_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
 
 impl FormUpload {
-    /// Sets the input's checksums from the form's fields.
-    pub(crate) fn apply(&self, input: &mut PutObjectInput) {
-        for (name, value) in &self.0 {
+    /// Sets the input's checksums and tags from the form's fields; a
+    /// `tagging` document that is not S3's `<Tagging>` is MalformedXML.
+    pub(crate) fn apply(&self, input: &mut PutObjectInput) -> S3Result<()> {
+        if let (Some(xml), None) = (&self.tagging, &input.tagging) {
+            let mut d = s3s::xml::Deserializer::new(xml.as_bytes());
+            let tagging =
+                <Tagging as s3s::xml::Deserialize>::deserialize(&mut d).map_err(|_| {
+                    s3_error!(MalformedXML, "the tagging field is not a Tagging document")
+                })?;
+            let pairs: Vec<String> = tagging
+                .tag_set
+                .iter()
+                .map(|t| {
+                    let k = t.key.as_deref().unwrap_or("");
+                    let v = t.value.as_deref().unwrap_or("");
+                    format!("{}={}", form_encode(k), form_encode(v))
+                })
+                .collect();
+            input.tagging = Some(pairs.join("&"));
+        }
+        for (name, value) in &self.checksums {
             let value = Some(value.clone());
             match name.as_str() {
                 "x-amz-checksum-crc32" => input.checksum_crc32 = value,
@@ -80,6 +116,7 @@ impl FormUpload {
                 _ => {}
             }
         }
+        Ok(())
     }
 }
 
@@ -140,7 +177,11 @@ pub(crate) async fn prepare(
         .into_iter()
         .map(|(n, v)| (n.to_ascii_lowercase(), v))
         .collect();
-    parts.extensions.insert(FormUpload(sums));
+    let tagging = form.get("tagging").map(str::to_string);
+    parts.extensions.insert(FormUpload {
+        checksums: sums,
+        tagging,
+    });
 
     let mut head = form::rebuild(&fields, boundary, &form.file_headers);
     head.extend_from_slice(&buf[form.consumed..]);

@@ -21,7 +21,7 @@ pub(super) async fn put_object(
     // A browser POST form's checksum fields (post/).
     let form = req.extensions.get::<crate::post::FormUpload>();
     if let Some(form) = form {
-        form.apply(&mut input);
+        form.apply(&mut input)?;
     }
     let form = form.is_some();
     let supplied = supplied_checksums!(input);
