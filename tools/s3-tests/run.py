@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Runs ceph/s3-tests (the public S3 conformance suite) against a fresh
+`stow-s3 serve` and records the count (`make s3-tests`; not part of
+`make test`).
+
+The suite is taken at commit 8f0ae7b, from a local mirror when there is
+one (S3_TESTS_MIRROR, default /work/.mirror/ceph+s3-tests/repo, a bare
+git directory) or else cloned from GitHub, into target/s3-tests/suite
+(git-ignored: the suite's code is never committed here). Its Python
+dependencies the environment lacks (isodate, pytz, munch) go into
+target/s3-tests/venv, a venv over the system's packages.
+
+Selection (S3_TESTS_SELECT, a pytest -k expression): by default the
+suite's CORS and POST-object tests. Tests marked fails_on_aws are left
+out (S3_TESTS_MARKERS, a pytest -m expression). The counts and every
+failure's name go to target/s3-tests/result.txt and stdout.
+
+Usage: tools/s3-tests/run.py [--bin PATH] [extra pytest args…]
+"""
+
+import argparse
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from s3server import S3Server  # noqa: E402
+
+COMMIT = "8f0ae7b404a3a2fcf7038bf1e6bf29544fe9b6a3"
+UPSTREAM = "https://github.com/ceph/s3-tests.git"
+WORK = ROOT / "target" / "s3-tests"
+SUITE = WORK / "suite"
+VENV = WORK / "venv"
+ACCESS_KEY = "0555b35654ad1656d804"
+SECRET_KEY = "h7GhxuBLTrlhVUyxSPUKUV8r/2EI4ngqJxD7iBdBYLhwluN30JaT3Q=="
+DEFAULT_SELECT = "cors or post_object"
+DEFAULT_MARKERS = "not fails_on_aws"
+
+
+def fetch_suite():
+    """target/s3-tests/suite at COMMIT, from the mirror or GitHub."""
+    stamp = SUITE / ".commit"
+    if stamp.exists() and stamp.read_text().strip() == COMMIT:
+        return
+    shutil.rmtree(SUITE, ignore_errors=True)
+    SUITE.mkdir(parents=True)
+    mirror = pathlib.Path(os.environ.get("S3_TESTS_MIRROR", "/work/.mirror/ceph+s3-tests/repo"))
+    if (mirror / "objects").is_dir():
+        archive = subprocess.run(["git", f"--git-dir={mirror}", "archive", COMMIT],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(SUITE)], input=archive, check=True)
+    else:
+        subprocess.run(["git", "clone", "--quiet", UPSTREAM, str(SUITE)], check=True)
+        subprocess.run(["git", "-C", str(SUITE), "checkout", "--quiet", COMMIT], check=True)
+    stamp.write_text(COMMIT + "\n")
+
+
+def python():
+    """A Python with the suite's imports: this one, or a venv over it."""
+    needed = ["isodate", "pytz", "munch", "dateutil", "boto3", "requests", "pytest"]
+    probe = "import " + ", ".join(needed)
+    if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:
+        return sys.executable
+    exe = VENV / "bin" / "python"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
+    if subprocess.run([str(exe), "-c", probe], capture_output=True).returncode != 0:
+        subprocess.run([str(exe), "-m", "pip", "install", "--quiet", "isodate", "pytz", "munch",
+                        "python-dateutil"], check=True)
+    return str(exe)
+
+
+def config(port, path):
+    """The suite's configuration: every user is the server's one key pair."""
+    user = f"""display_name = stow
+user_id = stow
+email = stow@example.com
+access_key = {ACCESS_KEY}
+secret_key = {SECRET_KEY}
+"""
+    path.write_text(f"""[DEFAULT]
+host = 127.0.0.1
+port = {port}
+is_secure = False
+ssl_verify = False
+
+[fixtures]
+bucket prefix = s3t-{{random}}-
+
+[s3 main]
+api_name = default
+{user}
+[s3 alt]
+{user}
+[s3 tenant]
+tenant = stowtenant
+{user}
+[iam]
+{user}
+[iam root]
+{user}
+[iam alt root]
+{user}
+""")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=os.environ.get("STOW_BIN", str(ROOT / "target" / "debug" / "stow-s3")))
+    args, extra = ap.parse_known_args()
+    fetch_suite()
+    py = python()
+    select = os.environ.get("S3_TESTS_SELECT", DEFAULT_SELECT)
+    markers = os.environ.get("S3_TESTS_MARKERS", DEFAULT_MARKERS)
+    with tempfile.TemporaryDirectory(prefix="stow-s3-tests-") as tmp:
+        tmp = pathlib.Path(tmp)
+        server = S3Server(args.bin, tmp / "data", "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY)
+        try:
+            port = int(server.endpoint.rsplit(":", 1)[1])
+            conf = tmp / "s3tests.conf"
+            config(port, conf)
+            env = dict(os.environ, S3TEST_CONF=str(conf))
+            cmd = [py, "-m", "pytest", "s3tests/functional/test_s3.py", "-q", "-rf", "-p", "no:cacheprovider",
+                   "-k", select, "-m", markers, *extra]
+            run = subprocess.run(cmd, cwd=SUITE, env=env, capture_output=True, text=True)
+        finally:
+            server.stop()
+    out = run.stdout + run.stderr
+    summary = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    failed = sorted(set(re.findall(r"^FAILED \S+::(\S+)", out, re.M)))
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|deselected|skipped|error)", summary[-1])} \
+        if summary else {}
+    WORK.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"ceph/s3-tests {COMMIT[:7]}: -k {select!r} -m {markers!r}",
+        f"passed {counts.get('passed', 0)}, failed {counts.get('failed', 0)}, "
+        f"errors {counts.get('error', 0)}, skipped {counts.get('skipped', 0)}",
+        *[f"FAILED {name}" for name in failed],
+    ]
+    (WORK / "result.txt").write_text("\n".join(lines) + "\n")
+    (WORK / "pytest.log").write_text(out)
+    print("\n".join(lines))
+    print(f"(full log: {WORK / 'pytest.log'})")
+    return 0 if counts.get("passed") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
