@@ -167,6 +167,11 @@ def test_checksum_fields(post_v2, s3):
     wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
     r = post_v2(fields={**FIELDS, "x-amz-checksum-sha256": wrong})
     assert xml_error(r)[:2] == (400, "BadDigest")
+    # A checksum field a condition names is checked by it too.
+    named = BASE + [["eq", "$x-amz-checksum-sha256", good]]
+    assert post_v2(named, {**FIELDS, "x-amz-checksum-sha256": good}).status_code == 204
+    r = post_v2(named, {**FIELDS, "x-amz-checksum-sha256": wrong})
+    assert xml_error(r)[:2] == (403, "AccessDenied")
 
 
 def test_policy_documents_refused(post_v2, s3):

@@ -28,6 +28,7 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
 use hyper::body::{Frame, Incoming};
 use s3s::dto::{ChecksumAlgorithm, PutObjectInput, Tagging};
+use s3s::post_policy::PostPolicy;
 use s3s::{s3_error, S3Error, S3Result};
 
 use crate::errors::post_refusal;
@@ -167,15 +168,23 @@ pub(crate) async fn prepare(
             }
         }
     };
-    check(&mut form, bucket).map_err(post_refusal)?;
-    let (sums, fields): (Vec<_>, Vec<_>) = form
+    let policy = check(&mut form, bucket).map_err(post_refusal)?;
+    let sums = form
         .fields
         .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+        .filter(|(n, _)| policy::is_checksum_field(n))
+        .collect();
+    // A checksum field no condition names stays out of what `s3s` sees
+    // (it would refuse it as unnamed); a named one stays for its check.
+    let fields: Vec<_> = form
+        .fields
+        .iter()
+        .filter(|(n, _)| {
+            let n = n.to_ascii_lowercase();
+            !policy::is_checksum_field(&n) || policy.as_ref().is_some_and(|p| policy::names(p, &n))
+        })
         .cloned()
-        .partition(|(n, _)| policy::is_checksum_field(&n.to_ascii_lowercase()));
-    let sums = sums
-        .into_iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), v))
         .collect();
     let tagging = form.get("tagging").map(str::to_string);
     parts.extensions.insert(FormUpload {
@@ -202,8 +211,8 @@ pub(crate) async fn prepare(
 }
 
 /// The checks before `s3s` (see the module's header), `${filename}`
-/// substituted in the key first.
-fn check(form: &mut form::Form, bucket: &str) -> Result<(), PostError> {
+/// substituted in the key first; the policy of a signed form.
+fn check(form: &mut form::Form, bucket: &str) -> Result<Option<PostPolicy>, PostError> {
     let filename = form.filename.clone().unwrap_or_default();
     let key = form
         .fields
@@ -215,12 +224,13 @@ fn check(form: &mut form::Form, bucket: &str) -> Result<(), PostError> {
     match (form.get("policy"), signed) {
         (Some(encoded), true) => {
             let parsed = policy::parse(encoded)?;
-            policy::check(&parsed, form, bucket)
+            policy::check(&parsed, form, bucket)?;
+            Ok(Some(parsed))
         }
         (Some(_), false) => Err(PostError::MissingField("signature")),
         (None, true) => Err(PostError::MissingField("policy")),
         // Unsigned: anonymous, for the access check to judge.
-        (None, false) => Ok(()),
+        (None, false) => Ok(None),
     }
 }
 
@@ -321,7 +331,7 @@ mod tests {
             filename: Some("a.txt".into()),
             ..Default::default()
         };
-        check(&mut f, "b").unwrap();
+        assert!(check(&mut f, "b").unwrap().is_none());
         assert_eq!(f.get("key"), Some("up/a.txt"));
         let mut f = form::Form {
             fields: vec![("key".into(), "k".into()), ("policy".into(), "e30=".into())],

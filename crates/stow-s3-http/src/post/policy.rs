@@ -86,6 +86,17 @@ fn describe(op: &str, field: &str, value: &str) -> String {
     serde_json::json!([op, format!("${field}"), value]).to_string()
 }
 
+/// Whether an `eq` or `starts-with` condition names the field (given in
+/// lower case).
+pub(crate) fn names(policy: &PostPolicy, name: &str) -> bool {
+    policy.conditions.iter().any(|c| match c {
+        PostPolicyCondition::Eq { field, .. } | PostPolicyCondition::StartsWith { field, .. } => {
+            field == name
+        }
+        PostPolicyCondition::ContentLengthRange { .. } => false,
+    })
+}
+
 /// Checks an unexpired policy's conditions against the form and the
 /// bucket the request addresses, then that each field is named by one.
 pub(crate) fn check(policy: &PostPolicy, form: &Form, bucket: &str) -> Result<(), PostError> {
@@ -130,16 +141,9 @@ pub(crate) fn check(policy: &PostPolicy, form: &Form, bucket: &str) -> Result<()
     if !names_bucket {
         return Err(PostError::ConditionFailed(describe("eq", "bucket", bucket)));
     }
-    let named = |name: &str| {
-        policy.conditions.iter().any(|c| match c {
-            PostPolicyCondition::Eq { field, .. }
-            | PostPolicyCondition::StartsWith { field, .. } => field == name,
-            PostPolicyCondition::ContentLengthRange { .. } => false,
-        })
-    };
     for (name, _) in &form.fields {
         let name = name.to_ascii_lowercase();
-        if !exempt(&name) && name != "bucket" && !named(&name) {
+        if !exempt(&name) && name != "bucket" && !names(policy, &name) {
             return Err(PostError::ExtraField(name));
         }
     }
