@@ -4,11 +4,13 @@
 //! [`Server`] accepts HTTP/1.1 connections and runs each request through a
 //! short pipeline before the S3 operation itself: admin routes
 //! (`/_stow/*`; `POST /_stow/reset` only with [`ServerConfig::allow_reset`],
-//! and SigV4-verified like S3), CORS, refusal of SigV2, the concurrency cap (`503
-//! SlowDown`), and the request-size cap (`400 EntityTooLarge`). Then `s3s`
-//! verifies SigV4 (headers, presigned URLs, `aws-chunked` streaming with
-//! trailers), parses the operation, and calls [`StowS3`], which maps it onto
-//! the store. Storage logic lives only in `stow-store`.
+//! and SigV4-verified like S3), CORS preflights (a bucket's own rules, else
+//! the server-wide origins), refusal of SigV2, the concurrency cap (`503
+//! SlowDown`), the request-size cap (`400 EntityTooLarge`), and a browser
+//! POST form's fields and policy (`post`). Then `s3s` verifies SigV4
+//! (headers, presigned URLs, `aws-chunked` streaming with trailers, POST
+//! form signatures), parses the operation, and calls [`StowS3`], which maps
+//! it onto the store. Storage logic lives only in `stow-store`.
 
 mod admin;
 mod auth;
