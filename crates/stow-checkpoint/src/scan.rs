@@ -95,18 +95,16 @@ pub(super) fn scan(
     ignore: Option<&Rules>,
     watch: Option<&TreeWatch>,
 ) -> Result<Scan> {
-    let mut out = scan_from(
+    scan_from(
         vec![(root.to_path_buf(), String::new(), 0)],
         include_sensitive,
         ignore,
         watch,
-    )?;
-    out.sort();
-    Ok(out)
+    )
 }
 
 /// Scans the subtrees `starts` (absolute directory, slash path from the
-/// root, depth), unsorted.
+/// root, depth), sorted.
 fn scan_from(
     starts: Vec<(PathBuf, String, usize)>,
     include_sensitive: bool,
@@ -137,34 +135,34 @@ fn scan_from(
     if !q.pending.is_empty() || q.busy != 0 {
         return Err(WsError::InvalidRequest("scan worker panicked".into()));
     }
-    let mut out = Scan::default();
-    for p in parts {
-        out.append(p);
-    }
-    Ok(out)
+    // Threads finish directories in any order; each sorted its own part,
+    // so the parts are merged, not sorted again, and two scans of the
+    // same tree compare equal.
+    Ok(parts.into_iter().fold(Scan::default(), Scan::merge))
 }
 
 impl Scan {
-    fn append(&mut self, p: Scan) {
-        self.files.extend(p.files);
-        self.excluded.extend(p.excluded);
-        self.dirs.extend(p.dirs);
-        self.links.extend(p.links);
-        self.skipped.extend(p.skipped);
-        self.ignored.extend(p.ignored);
+    /// Sorts every list by path. Paths are unique within a scan, so an
+    /// unstable sort gives the one order and needs no scratch buffer.
+    fn sort(&mut self) {
+        self.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.excluded.sort_unstable();
+        self.dirs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.links.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.skipped.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        self.ignored.sort_unstable();
     }
 
-    /// Threads finish directories in any order; the result is sorted so two
-    /// scans of the same tree compare equal. Each thread sorts its own part
-    /// first (in parallel); the parts, appended, are then sorted runs that
-    /// the stable sort finds and merges in one linear pass.
-    fn sort(&mut self) {
-        self.files.sort_by(|a, b| a.path.cmp(&b.path));
-        self.excluded.sort();
-        self.dirs.sort_by(|a, b| a.path.cmp(&b.path));
-        self.links.sort_by(|a, b| a.path.cmp(&b.path));
-        self.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-        self.ignored.sort();
+    /// Merges sorted scan `b` (of other directories) into this sorted one.
+    fn merge(self, b: Scan) -> Scan {
+        Scan {
+            files: merge_sorted(self.files, b.files, |f| &f.path),
+            excluded: merge_sorted(self.excluded, b.excluded, |p| p),
+            dirs: merge_sorted(self.dirs, b.dirs, |d| &d.path),
+            links: merge_sorted(self.links, b.links, |l| &l.path),
+            skipped: merge_sorted(self.skipped, b.skipped, |s| &s.path),
+            ignored: merge_sorted(self.ignored, b.ignored, |p| p),
+        }
     }
 }
 
@@ -256,13 +254,13 @@ pub(super) fn rescan(
             }
         }
     }
+    out.sort();
     if !whole.is_empty() {
-        out.append(scan_from(whole, sens, ignore, Some(watch))?);
+        out = out.merge(scan_from(whole, sens, ignore, Some(watch))?);
     }
     kept.dirs = drop_stale(old_dirs, |d| &d.path, &relist, changed, &stale);
     // What was read again is merged into what was kept: both sorted, so
     // one pass, not a sort of the whole tree.
-    out.sort();
     kept.files = merge_sorted(kept.files, out.files, |f| &f.path);
     kept.excluded = merge_sorted(kept.excluded, out.excluded, |p| p);
     kept.dirs = merge_sorted(kept.dirs, out.dirs, |d| &d.path);
@@ -323,12 +321,27 @@ fn drop_stale<T>(
 }
 
 /// Merges two lists sorted by `key` into one (on equal keys, `a`'s entry
-/// first). `b` is short (what a monitored capture read again): each of its
-/// entries finds its place by binary search, and the runs of `a` between
-/// them move without being compared.
+/// first). When `b` is short (what a monitored capture read again) each
+/// of its entries finds its place by binary search, and the runs of `a`
+/// between them move without being compared; lists of like size (the
+/// parts of a scan's threads) are merged in one pass.
 fn merge_sorted<T>(a: Vec<T>, b: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
     if b.is_empty() {
         return a;
+    }
+    if a.is_empty() {
+        return b;
+    }
+    if b.len().saturating_mul(16) > a.len() {
+        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+        while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+            let next = if key(x) <= key(y) { a.next() } else { b.next() };
+            out.extend(next);
+        }
+        out.extend(a);
+        out.extend(b);
+        return out;
     }
     let cuts: Vec<usize> = b
         .iter()
@@ -605,5 +618,15 @@ mod tests {
         assert_eq!(merge_sorted(a.clone(), b.clone(), key), want);
         assert_eq!(merge_sorted(a.clone(), Vec::new(), key), a);
         assert_eq!(merge_sorted(Vec::new(), b.clone(), key), b);
+        // Both strategies: a short list into a long one (binary search)
+        // and lists of like size (one pass) give the stable order.
+        let long: Vec<String> = (0..100).map(|i| format!("p{i:03}")).collect();
+        let long = tag(&long.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+        let short = tag(&["p000", "p0505", "p099", "q"], 1);
+        for (a, b) in [(long.clone(), short.clone()), (short, long)] {
+            let mut want = [a.clone(), b.clone()].concat();
+            want.sort_by(|x, y| x.0.cmp(&y.0));
+            assert_eq!(merge_sorted(a, b, key), want);
+        }
     }
 }

@@ -118,42 +118,26 @@ impl StatCache {
     /// Decodes file bytes; `None` unless the magic, digest and every entry
     /// check out and the entries are strictly sorted by path.
     pub fn decode(bytes: &[u8]) -> Option<StatCache> {
-        let (rest, with_nodes) = match bytes.strip_prefix(MAGIC.as_slice()) {
-            Some(rest) => (rest, true),
-            None => (bytes.strip_prefix(MAGIC_V1.as_slice())?, false),
-        };
-        let (digest, body) = split(rest, 32)?;
-        if Sha256::digest(body).as_slice() != digest {
-            return None;
-        }
-        let mut r = Reader(body);
-        let scan_start_ns = i64::from_le_bytes(r.array()?);
-        let count = u64::from_le_bytes(r.array()?);
-        // Each entry takes at least 68 bytes: bound the allocation by the
-        // input, not by a count field.
-        let count = usize::try_from(count).ok()?;
-        if count > body.len() / 68 {
-            return None;
-        }
-        let mut entries: Vec<CacheEntry> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let len = u32::from_le_bytes(r.array()?) as usize;
-            let path = std::str::from_utf8(r.take(len)?).ok()?;
-            if entries.last().is_some_and(|p| &*p.path >= path) {
+        let mut h = Header::parse(bytes)?;
+        let mut entries: Vec<CacheEntry> = Vec::with_capacity(h.count);
+        for _ in 0..h.count {
+            let e = StoredEntry::read(&mut h.rest)?;
+            if entries.last().is_some_and(|p| &*p.path >= e.path) {
                 return None;
             }
             entries.push(CacheEntry {
-                path: path.into(),
-                size: u64::from_le_bytes(r.array()?),
-                mode: u32::from_le_bytes(r.array()?),
-                mtime_ns: i64::from_le_bytes(r.array()?),
-                ctime_ns: i64::from_le_bytes(r.array()?),
-                ino: u64::from_le_bytes(r.array()?),
-                sha256: r.array()?,
+                path: e.path.into(),
+                size: e.size,
+                mode: e.mode,
+                mtime_ns: e.mtime_ns,
+                ctime_ns: e.ctime_ns,
+                ino: e.ino,
+                sha256: e.sha256,
             });
         }
+        let mut r = h.rest;
         let mut nodes = Vec::new();
-        if with_nodes {
+        if h.with_nodes {
             let n = usize::try_from(u64::from_le_bytes(r.array()?)).ok()?;
             if n > r.0.len() / 32 {
                 return None;
@@ -167,10 +151,170 @@ impl StatCache {
             return None;
         }
         Some(StatCache {
-            scan_start_ns,
+            scan_start_ns: h.scan_start_ns,
             entries,
             nodes,
         })
+    }
+}
+
+/// A cache file's header, checked: the magic and the body's digest.
+struct Header<'a> {
+    with_nodes: bool,
+    scan_start_ns: i64,
+    /// Bounded by the body's length (each entry takes at least 68 bytes).
+    count: usize,
+    /// The body after the header: the entries, then the nodes.
+    rest: Reader<'a>,
+}
+
+impl<'a> Header<'a> {
+    fn parse(bytes: &'a [u8]) -> Option<Header<'a>> {
+        let (rest, with_nodes) = match bytes.strip_prefix(MAGIC.as_slice()) {
+            Some(rest) => (rest, true),
+            None => (bytes.strip_prefix(MAGIC_V1.as_slice())?, false),
+        };
+        let (digest, body) = split(rest, 32)?;
+        if Sha256::digest(body).as_slice() != digest {
+            return None;
+        }
+        let mut r = Reader(body);
+        let scan_start_ns = i64::from_le_bytes(r.array()?);
+        let count = usize::try_from(u64::from_le_bytes(r.array()?)).ok()?;
+        // Bound the allocation by the input, not by a count field.
+        if count > body.len() / 68 {
+            return None;
+        }
+        Some(Header {
+            with_nodes,
+            scan_start_ns,
+            count,
+            rest: r,
+        })
+    }
+}
+
+/// One entry as the file holds it, its path borrowed from the bytes.
+struct StoredEntry<'a> {
+    path: &'a str,
+    size: u64,
+    mode: u32,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    ino: u64,
+    sha256: [u8; 32],
+}
+
+impl<'a> StoredEntry<'a> {
+    fn read(r: &mut Reader<'a>) -> Option<StoredEntry<'a>> {
+        let len = u32::from_le_bytes(r.array()?) as usize;
+        Some(StoredEntry {
+            path: std::str::from_utf8(r.take(len)?).ok()?,
+            size: u64::from_le_bytes(r.array()?),
+            mode: u32::from_le_bytes(r.array()?),
+            mtime_ns: i64::from_le_bytes(r.array()?),
+            ctime_ns: i64::from_le_bytes(r.array()?),
+            ino: u64::from_le_bytes(r.array()?),
+            sha256: r.array()?,
+        })
+    }
+
+    /// Whether this entry vouches for file `f`: the same stat fields, and
+    /// not racily clean (written no earlier than the cached scan began).
+    fn vouches(&self, scan_start_ns: i64, f: &Scanned) -> bool {
+        self.size == f.size
+            && self.mode == f.mode
+            && self.mtime_ns == f.mtime_ns
+            && self.ctime_ns == f.ctime_ns
+            && self.ino == f.ino
+            && f.mtime_ns < scan_start_ns
+    }
+}
+
+impl CacheEntry {
+    fn stored(&self) -> StoredEntry<'_> {
+        StoredEntry {
+            path: &self.path,
+            size: self.size,
+            mode: self.mode,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+            sha256: self.sha256,
+        }
+    }
+}
+
+/// A stat cache file read and checked but not decoded: a status needs
+/// only the digests of the files it scanned, found in one pass over the
+/// bytes, without building an entry (and a name) for each of the cache's
+/// files as [`StatCache::decode`] does.
+pub(crate) struct CacheFile {
+    bytes: Vec<u8>,
+    scan_start_ns: i64,
+    count: usize,
+    /// Where the entries start in `bytes` (past the checked header).
+    entries_at: usize,
+}
+
+impl CacheFile {
+    /// Reads the cache at `path`; `None` when it is missing, torn or
+    /// foreign (its digest is checked here).
+    pub(crate) fn read(path: &Path) -> Option<CacheFile> {
+        let bytes = fs::read(path).ok()?;
+        let h = Header::parse(&bytes)?;
+        let (scan_start_ns, count) = (h.scan_start_ns, h.count);
+        let entries_at = bytes.len() - h.rest.0.len();
+        Some(CacheFile {
+            bytes,
+            scan_start_ns,
+            count,
+            entries_at,
+        })
+    }
+
+    /// The cached digests of `files` (sorted by path), as
+    /// [`cached_digests`] finds them in a decoded cache; an entry out of
+    /// order or unreadable makes the whole cache vouch for nothing.
+    pub(crate) fn cached_digests<'a>(
+        &self,
+        files: impl ExactSizeIterator<Item = &'a Scanned>,
+    ) -> Vec<Option<[u8; 32]>> {
+        let n = files.len();
+        self.merged(files).unwrap_or_else(|| vec![None; n])
+    }
+
+    fn merged<'a>(
+        &self,
+        files: impl Iterator<Item = &'a Scanned>,
+    ) -> Option<Vec<Option<[u8; 32]>>> {
+        let mut r = Reader(self.bytes.get(self.entries_at..)?);
+        let mut left = self.count;
+        let mut next = || -> Option<Option<StoredEntry<'_>>> {
+            if left == 0 {
+                return Some(None);
+            }
+            left -= 1;
+            StoredEntry::read(&mut r).map(Some)
+        };
+        let mut current = next()?;
+        let mut out = Vec::new();
+        for f in files {
+            while let Some(e) = current.as_ref().filter(|e| e.path < &*f.path) {
+                let last = e.path;
+                current = next()?;
+                if current.as_ref().is_some_and(|c| c.path <= last) {
+                    return None;
+                }
+            }
+            out.push(
+                current
+                    .as_ref()
+                    .filter(|e| e.path == &*f.path && e.vouches(self.scan_start_ns, f))
+                    .map(|e| e.sha256),
+            );
+        }
+        Some(out)
     }
 }
 
@@ -248,15 +392,10 @@ pub(crate) fn cached_digest(cache: &StatCache, f: &Scanned) -> Option<[u8; 32]> 
     vouches(cache, c, f).then_some(c.sha256)
 }
 
-/// Whether cache entry `c` vouches for file `f`: the same stat fields,
-/// and not racily clean (written no earlier than the cached scan began).
+/// Whether cache entry `c` vouches for file `f` (see
+/// [`StoredEntry::vouches`]).
 fn vouches(cache: &StatCache, c: &CacheEntry, f: &Scanned) -> bool {
-    c.size == f.size
-        && c.mode == f.mode
-        && c.mtime_ns == f.mtime_ns
-        && c.ctime_ns == f.ctime_ns
-        && c.ino == f.ino
-        && f.mtime_ns < cache.scan_start_ns
+    c.stored().vouches(cache.scan_start_ns, f)
 }
 
 #[cfg(test)]
@@ -326,6 +465,79 @@ mod tests {
             StatCache::decode(b"{\"scan_start_ns\":0,\"entries\":{}}"),
             None
         );
+    }
+
+    fn scanned(path: &str, size: u64, mtime_ns: i64) -> Scanned {
+        Scanned {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns,
+            ctime_ns: 2,
+            ino: 3,
+            nlink: 1,
+        }
+    }
+
+    /// The one-pass digests of a cache file equal those of the decoded
+    /// cache, for every file and for a subset; a damaged file vouches for
+    /// nothing.
+    #[test]
+    fn a_cache_file_vouches_as_the_decoded_cache_does() {
+        let entry = |path: &str, size: u64, mtime_ns: i64, sha: u8| CacheEntry {
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_ns,
+            ctime_ns: 2,
+            ino: 3,
+            sha256: [sha; 32],
+        };
+        let cache = StatCache {
+            scan_start_ns: 100,
+            entries: vec![
+                entry("a", 1, 10, 1),
+                entry("b/c", 2, 10, 2),
+                entry("b/d", 3, 10, 3),
+                entry("e", 4, 100, 4), // racily clean: written as the scan began
+                entry("g", 5, 10, 5),
+            ],
+            nodes: Vec::new(),
+        };
+        let files = vec![
+            scanned("a", 1, 10),   // vouched
+            scanned("b/a", 9, 10), // not in the cache
+            scanned("b/c", 7, 10), // size changed
+            scanned("b/d", 3, 10), // vouched
+            scanned("e", 4, 100),  // racy
+            scanned("f", 1, 10),   // not in the cache
+            scanned("g", 5, 10),   // vouched
+            scanned("h", 5, 10),   // past the last entry
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.cache");
+        std::fs::write(&path, cache.encode()).unwrap();
+        let file = CacheFile::read(&path).unwrap();
+        let want = cached_digests(&cache, &files);
+        assert_eq!(
+            want.iter().map(Option::is_some).collect::<Vec<_>>(),
+            [true, false, false, true, false, false, true, false]
+        );
+        assert_eq!(file.cached_digests(files.iter()), want);
+        let some = [0usize, 3, 6];
+        assert_eq!(
+            file.cached_digests(some.iter().map(|&i| &files[i])),
+            some.iter()
+                .map(|&i| cached_digest(&cache, &files[i]))
+                .collect::<Vec<_>>()
+        );
+        // Damaged or missing: nothing is vouched for.
+        let mut bytes = cache.encode();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        assert!(CacheFile::read(&path).is_none());
+        assert!(CacheFile::read(&dir.path().join("none")).is_none());
     }
 
     #[test]

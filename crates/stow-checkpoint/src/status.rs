@@ -37,7 +37,7 @@ use crate::paths::{check_checkpoint_id, is_sensitive};
 use crate::progress::PhaseClock;
 use crate::registry::{Record, Registry};
 use crate::scan::{scan, Scan, Scanned};
-use crate::statcache::{cached_digest, cached_digests, unhex32, StatCache};
+use crate::statcache::{cached_digest, cached_digests, unhex32, CacheFile, StatCache};
 use crate::stored::{layout, load_manifest};
 use crate::tree::{build_reusing, direct_members, expand_differing_in, reused_nodes, Expanded};
 use crate::watch::TreeWatch;
@@ -284,13 +284,21 @@ impl Reader<'_> {
         include_sensitive: bool,
         watch: Option<&TreeWatch>,
     ) -> Result<(Expanded, Expanded)> {
-        let (scan, cache) = self.scan_and_cache(include_sensitive, watch)?;
-        let compared = self.compare(&scan, &cache, &|_| None);
+        let cache_file = cache_path(self.registry, &self.rec.id);
+        let (scan, cache) = std::thread::scope(|s| {
+            let cache = s.spawn(|| CacheFile::read(&cache_file));
+            let scan = scan(&self.rec.dir, include_sensitive, self.rules, watch);
+            (scan, cache.join().ok().flatten())
+        });
+        self.lap("scan");
+        let scan = scan?;
+        let compared = self.compare(&scan, Vouched::File(cache.as_ref()), &|_| None);
         drop_in_background((scan, cache));
         compared
     }
 
-    /// A whole scan, and the stat cache read meanwhile.
+    /// A whole scan, and the stat cache read (and decoded, to be kept by
+    /// a monitor) meanwhile.
     fn scan_and_cache(
         &self,
         include_sensitive: bool,
@@ -333,7 +341,7 @@ impl Reader<'_> {
                 .copied()
                 .filter(|_| dirs.node_unchanged(dir))
         };
-        let compared = self.compare(&r.scan, cache, &reuse);
+        let compared = self.compare(&r.scan, Vouched::Decoded(cache), &reuse);
         // The kept nodes stay the last capture's: the changes found here
         // are kept pending, so the next capture builds those again.
         monitor.keep_if_empty(Kept {
@@ -362,7 +370,7 @@ impl Reader<'_> {
         };
         let stamp = FileStamp::of(cache_file);
         let (scan, cache) = self.scan_and_cache(false, Some(&watch))?;
-        let compared = self.compare(&scan, &cache, &|_| None)?;
+        let compared = self.compare(&scan, Vouched::Decoded(&cache), &|_| None)?;
         monitor.keep_if_empty(Kept {
             key: CaptureKey {
                 include_sensitive: false,
@@ -386,7 +394,7 @@ impl Reader<'_> {
     fn compare(
         &self,
         scan: &Scan,
-        cache: &StatCache,
+        cache: Vouched<'_>,
         reuse: &dyn Fn(&str) -> Option<[u8; 32]>,
     ) -> Result<(Expanded, Expanded)> {
         // Only the files of directories whose node is built here need
@@ -398,28 +406,24 @@ impl Reader<'_> {
             .zip(&reused)
             .filter_map(|(d, r)| r.is_none().then_some(d))
             .collect();
-        let (wanted, cached): (Vec<usize>, Vec<Option<[u8; 32]>>) =
-            if rebuilt.len() == scan.dirs.len() + 1 {
-                let all = cached_digests(cache, &scan.files);
-                ((0..scan.files.len()).collect(), all)
-            } else {
-                let mut wanted: Vec<usize> = rebuilt
-                    .iter()
-                    .flat_map(|d| direct_members(&scan.files, |f| &f.path, d))
-                    .collect();
-                wanted.sort_unstable();
-                let cached = wanted
-                    .iter()
-                    .map(|&i| cached_digest(cache, &scan.files[i]))
-                    .collect();
-                (wanted, cached)
-            };
-        let files: Vec<&Scanned> = wanted.iter().map(|&i| &scan.files[i]).collect();
-        let found = digests(&self.rec.dir, &files, cached)?;
-        let mut all = vec![[0u8; 32]; scan.files.len()];
-        for (i, sha) in wanted.into_iter().zip(found) {
-            all[i] = sha;
-        }
+        let all = if rebuilt.len() == scan.dirs.len() + 1 {
+            let files: Vec<&Scanned> = scan.files.iter().collect();
+            digests(&self.rec.dir, &files, cache.digests(&scan.files, None))?
+        } else {
+            let mut wanted: Vec<usize> = rebuilt
+                .iter()
+                .flat_map(|d| direct_members(&scan.files, |f| &f.path, d))
+                .collect();
+            wanted.sort_unstable();
+            let cached = cache.digests(&scan.files, Some(&wanted));
+            let files: Vec<&Scanned> = wanted.iter().map(|&i| &scan.files[i]).collect();
+            let found = digests(&self.rec.dir, &files, cached)?;
+            let mut all = vec![[0u8; 32]; scan.files.len()];
+            for (i, sha) in wanted.into_iter().zip(found) {
+                all[i] = sha;
+            }
+            all
+        };
         self.lap("digests");
         let built = build_reusing(scan, &all, None, reused)?;
         self.lap("nodes");
@@ -437,6 +441,32 @@ impl Reader<'_> {
 
     fn lap(&self, phase: &str) {
         self.clock.borrow_mut().lap(phase);
+    }
+}
+
+/// Where a status finds the digests the stat cache vouches for.
+#[derive(Clone, Copy)]
+enum Vouched<'a> {
+    /// A decoded cache (a monitor keeps it, or will).
+    Decoded(&'a StatCache),
+    /// A cache file read for this status alone (`None`: no usable cache).
+    File(Option<&'a CacheFile>),
+}
+
+impl Vouched<'_> {
+    /// The cached digests of `files` (sorted), or of `files[i]` for each
+    /// `i` of sorted `wanted`.
+    fn digests(self, files: &[Scanned], wanted: Option<&[usize]>) -> Vec<Option<[u8; 32]>> {
+        match (self, wanted) {
+            (Vouched::Decoded(c), None) => cached_digests(c, files),
+            // A few directories' files: each found by binary search.
+            (Vouched::Decoded(c), Some(w)) => {
+                w.iter().map(|&i| cached_digest(c, &files[i])).collect()
+            }
+            (Vouched::File(Some(c)), None) => c.cached_digests(files.iter()),
+            (Vouched::File(Some(c)), Some(w)) => c.cached_digests(w.iter().map(|&i| &files[i])),
+            (Vouched::File(None), w) => vec![None; w.map_or(files.len(), <[usize]>::len)],
+        }
     }
 }
 
