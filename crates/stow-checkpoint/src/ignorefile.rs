@@ -75,27 +75,28 @@ struct Below {
 impl Rules {
     /// Whether the rules keep `rel` (a slash path under the root) out.
     pub(crate) fn is_ignored(&self, rel: &str, is_dir: bool) -> bool {
-        if let Some(m) = self.stow.as_ref().map(|g| g.matched(rel, is_dir)) {
-            if !m.is_none() {
-                return m.is_ignore();
-            }
-        }
+        let dir = rel.rsplit_once('/').map_or("", |(dir, _)| dir);
+        self.in_dir(dir).is_ignored(rel, is_dir)
+    }
+
+    /// The rules for the entries of directory `dir` (a slash path, `""`
+    /// for the root): its own `.gitignore` and those above it, looked up
+    /// once for all the entries a scan reads there.
+    pub(crate) fn in_dir(&self, dir: &str) -> DirRules<'_> {
+        let mut nested = Vec::new();
         if self.nested != Nested::None {
-            // The path's own directory first, then up towards the root.
-            let mut dir = rel;
-            while let Some((parent, _)) = dir.rsplit_once('/') {
-                dir = parent;
-                if let Some(g) = self.below(dir).rules {
-                    let m = g.matched(&rel[dir.len() + 1..], is_dir);
-                    if !m.is_none() {
-                        return m.is_ignore();
-                    }
+            let mut at = dir;
+            while !at.is_empty() {
+                if let Some(g) = self.below(at).rules {
+                    nested.push((at.len(), g));
                 }
+                at = at.rsplit_once('/').map_or("", |(parent, _)| parent);
             }
         }
-        self.git_root
-            .as_ref()
-            .is_some_and(|g| matches!(g.matched(rel, is_dir), Match::Ignore(_)))
+        DirRules {
+            rules: self,
+            nested,
+        }
     }
 
     /// The excludes files' stamps when these rules were read.
@@ -139,6 +140,37 @@ impl Rules {
             .unwrap_or_else(|e| e.into_inner())
             .insert(dir.to_string(), entry.clone());
         entry
+    }
+}
+
+/// The rules that apply to the entries of one directory.
+pub(crate) struct DirRules<'a> {
+    rules: &'a Rules,
+    /// The directory's `.gitignore` matchers, its own first, then up
+    /// towards the root: (length of the directory's path, matcher).
+    nested: Vec<(usize, Arc<Gitignore>)>,
+}
+
+impl DirRules<'_> {
+    /// Whether the rules keep `rel` (an entry of this directory) out:
+    /// `.stowignore` first, then the nearest `.gitignore` with a say,
+    /// then the root's `.gitignore` and the exclude file.
+    pub(crate) fn is_ignored(&self, rel: &str, is_dir: bool) -> bool {
+        if let Some(m) = self.rules.stow.as_ref().map(|g| g.matched(rel, is_dir)) {
+            if !m.is_none() {
+                return m.is_ignore();
+            }
+        }
+        for (len, g) in &self.nested {
+            let m = g.matched(&rel[len + 1..], is_dir);
+            if !m.is_none() {
+                return m.is_ignore();
+            }
+        }
+        self.rules
+            .git_root
+            .as_ref()
+            .is_some_and(|g| matches!(g.matched(rel, is_dir), Match::Ignore(_)))
     }
 }
 

@@ -11,7 +11,6 @@ use crate::ignorefile::Rules;
 
 use crate::error::{Result, WsError};
 use crate::format::{DirectoryEntry, LinkEntry, SkippedEntry};
-use crate::ignorefile::is_ignored;
 use crate::paths::{check_checkpoint_leaf, check_checkpoint_path, is_sensitive};
 use crate::walk::excluded;
 use crate::watch::{Changes, TreeWatch};
@@ -456,6 +455,7 @@ pub(super) fn scan_dir(
         }
     };
     let rd = fs::read_dir(dir).map_err(|e| changed_or_io("read directory", dir, rel, e))?;
+    let dir_rules = ignore.map(|rules| rules.in_dir(rel));
     // The first file of the directory has its whole path checked; the rest
     // only their names (the directory part is the same).
     let mut dir_checked = false;
@@ -469,12 +469,19 @@ pub(super) fn scan_dir(
         let child = if rel.is_empty() {
             name.into_owned()
         } else {
-            format!("{rel}/{name}")
+            let mut child = String::with_capacity(rel.len() + 1 + name.len());
+            child.push_str(rel);
+            child.push('/');
+            child.push_str(&name);
+            child
         };
         let ft = entry
             .file_type()
             .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
-        if ignore.is_some_and(|rules| is_ignored(rules, &child, ft.is_dir())) {
+        if dir_rules
+            .as_ref()
+            .is_some_and(|r| r.is_ignored(&child, ft.is_dir()))
+        {
             out.ignored.push(if ft.is_dir() {
                 format!("{child}/")
             } else {
