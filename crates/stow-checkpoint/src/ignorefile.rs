@@ -124,17 +124,39 @@ impl Rules {
         let abs = self.root.join(dir);
         let real =
             parent_real && std::fs::symlink_metadata(&abs).is_ok_and(|m| m.file_type().is_dir());
-        let path = abs.join(GIT_IGNORE_FILE);
-        let rules = match real && regular_file(&path).unwrap_or(false) {
-            true => {
-                let mut b = GitignoreBuilder::new(&abs);
-                let _partial_errors = b.add(&path);
-                b.build().ok().map(Arc::new)
-            }
+        let rules = match real && regular_file(&abs.join(GIT_IGNORE_FILE)).unwrap_or(false) {
+            true => read_nested(&abs),
             // Not there (or unreadable): nothing of it applies.
             false => None,
         };
-        let entry = Below { real, rules };
+        self.remember(dir, Below { real, rules })
+    }
+
+    /// [`Rules::in_dir`] for a directory a scan is reading, whose listing
+    /// says whether it holds a regular `.gitignore`: a scan reaches only
+    /// real directories (it never enters a link), so neither the directory
+    /// nor its `.gitignore` needs a `stat` of its own.
+    pub(crate) fn in_scanned_dir(&self, dir: &str, gitignore_listed: bool) -> DirRules<'_> {
+        let known = self
+            .below
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(dir);
+        if self.nested == Nested::Tree && !dir.is_empty() && !known {
+            let real = match dir.rsplit_once('/') {
+                Some((parent, _)) => self.below(parent).real,
+                None => true,
+            };
+            let rules = match real && gitignore_listed {
+                true => read_nested(&self.root.join(dir)),
+                false => None,
+            };
+            self.remember(dir, Below { real, rules });
+        }
+        self.in_dir(dir)
+    }
+
+    fn remember(&self, dir: &str, entry: Below) -> Below {
         self.below
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -303,6 +325,14 @@ pub(crate) fn from_contents(
         below: RwLock::new(below),
         exclude: exclude_stamp(root, gitignore),
     }))
+}
+
+/// The matcher of the `.gitignore` in directory `abs` (`None` when it
+/// cannot be read or built: nothing of it applies).
+fn read_nested(abs: &Path) -> Option<Arc<Gitignore>> {
+    let mut b = GitignoreBuilder::new(abs);
+    let _partial_errors = b.add(abs.join(GIT_IGNORE_FILE));
+    b.build().ok().map(Arc::new)
 }
 
 /// Whether `path` is a regular file (`false` when absent); a `.stowignore`

@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::ignorefile::Rules;
+use crate::ignorefile::{Rules, GIT_IGNORE_FILE};
 
 use crate::error::{Result, WsError};
 use crate::format::{DirectoryEntry, LinkEntry, SkippedEntry};
@@ -430,35 +430,34 @@ impl Drop for PanicGuard<'_> {
     }
 }
 
-/// Reads one directory: files are stat'ed (one `statx` each, relative to
-/// the open directory), subdirectories are queued in `subdirs`. The entry
-/// type comes from the directory listing, so directories cost no stat.
-pub(super) fn scan_dir(
+/// An entry that went away (or became something else) between its
+/// listing and its read is the tree changing (retryable), not an I/O
+/// failure: a writer may remove a directory at any moment.
+fn changed_or_io(what: &str, path: &Path, shown: &str, e: std::io::Error) -> WsError {
+    let gone = e.kind() == std::io::ErrorKind::NotFound
+        || matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP));
+    if gone && !(shown.is_empty() && what == "read directory") {
+        WsError::WorkspaceChanged(format!("{shown} was removed or replaced while it was read"))
+    } else {
+        WsError::io_at(what, path, e)
+    }
+}
+
+/// The last segment of slash path `path`.
+fn leaf_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or(path, |(_, leaf)| leaf)
+}
+
+/// The entries of directory `dir` (slash path `rel`) a scan looks at, with
+/// their slash paths and types (from the listing: no stat), the
+/// engine's own entries left out.
+fn list_dir(
     dir: &Path,
     rel: &str,
     depth: usize,
-    sens: bool,
-    ignore: Option<&Rules>,
-    out: &mut Scan,
-    subdirs: &mut Vec<(PathBuf, String, usize)>,
-) -> Result<()> {
-    // An entry that went away (or became something else) between its
-    // listing and its read is the tree changing (retryable), not an I/O
-    // failure: a writer may remove a directory at any moment.
-    let changed_or_io = |what: &str, path: &Path, shown: &str, e: std::io::Error| {
-        let gone = e.kind() == std::io::ErrorKind::NotFound
-            || matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP));
-        if gone && !(shown.is_empty() && what == "read directory") {
-            WsError::WorkspaceChanged(format!("{shown} was removed or replaced while it was read"))
-        } else {
-            WsError::io_at(what, path, e)
-        }
-    };
+) -> Result<Vec<(fs::DirEntry, String, fs::FileType)>> {
     let rd = fs::read_dir(dir).map_err(|e| changed_or_io("read directory", dir, rel, e))?;
-    let dir_rules = ignore.map(|rules| rules.in_dir(rel));
-    // The first file of the directory has its whole path checked; the rest
-    // only their names (the directory part is the same).
-    let mut dir_checked = false;
+    let mut listed = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| changed_or_io("read directory", dir, rel, e))?;
         let name = entry.file_name();
@@ -478,6 +477,34 @@ pub(super) fn scan_dir(
         let ft = entry
             .file_type()
             .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
+        listed.push((entry, child, ft));
+    }
+    Ok(listed)
+}
+
+/// Reads one directory: files are stat'ed (one `statx` each, relative to
+/// the open directory), subdirectories are queued in `subdirs`. The entry
+/// type comes from the directory listing, so directories cost no stat.
+pub(super) fn scan_dir(
+    dir: &Path,
+    rel: &str,
+    depth: usize,
+    sens: bool,
+    ignore: Option<&Rules>,
+    out: &mut Scan,
+    subdirs: &mut Vec<(PathBuf, String, usize)>,
+) -> Result<()> {
+    let listed = list_dir(dir, rel, depth)?;
+    let dir_rules = ignore.map(|rules| {
+        let gitignore = listed
+            .iter()
+            .any(|(_, child, ft)| ft.is_file() && leaf_of(child) == GIT_IGNORE_FILE);
+        rules.in_scanned_dir(rel, gitignore)
+    });
+    // The first file of the directory has its whole path checked; the rest
+    // only their names (the directory part is the same).
+    let mut dir_checked = false;
+    for (entry, child, ft) in listed {
         if dir_rules
             .as_ref()
             .is_some_and(|r| r.is_ignored(&child, ft.is_dir()))
@@ -593,7 +620,7 @@ pub(super) fn restat(root: &Path, f: &Scanned) -> Option<Scanned> {
 #[cfg(test)]
 mod tests {
     use super::merge_sorted;
-    use super::{scan_dir, Scan};
+    use super::{scan, scan_dir, Scan};
 
     #[test]
     fn a_directory_removed_before_it_is_read_is_the_tree_changing() {
@@ -606,6 +633,58 @@ mod tests {
         // The root itself missing is not a change of the tree.
         let e = scan_dir(&gone, "", 0, false, None, &mut out, &mut subdirs).unwrap_err();
         assert_eq!(e.code(), "io_failure", "{e}");
+    }
+
+    /// Nested `.gitignore` files found from the listing (no stat of their
+    /// own) rule as git's do: a regular one rules its directory and those
+    /// below; one that is a link does not; every decision of the scan is
+    /// the one the rules give a single path looked up on its own.
+    #[test]
+    fn nested_gitignores_from_the_listing_rule_as_the_rules_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let write = |p: &str, s: &str| {
+            let p = root.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, s).unwrap();
+        };
+        write(".gitignore", "*.log\n");
+        write("a/.gitignore", "x.txt\n");
+        write("a/x.txt", "");
+        write("a/y.txt", "");
+        write("a/sub/x.txt", "");
+        write("b/x.txt", "");
+        std::os::unix::fs::symlink("../a/.gitignore", root.join("b/.gitignore")).unwrap();
+        write("c/d/.gitignore", "!keep.log\n");
+        write("c/d/keep.log", "");
+        write("c/d/other.log", "");
+        write("c/top.log", "");
+        let rules = crate::ignorefile::load(root, true).unwrap().unwrap();
+        let got = scan(root, false, Some(&rules), None).unwrap();
+        assert_eq!(
+            got.ignored,
+            ["a/sub/x.txt", "a/x.txt", "c/d/other.log", "c/top.log"]
+        );
+        let kept: Vec<&str> = got.files.iter().map(|f| &*f.path).collect();
+        assert_eq!(
+            kept,
+            [
+                ".gitignore",
+                "a/.gitignore",
+                "a/y.txt",
+                "b/x.txt",
+                "c/d/.gitignore",
+                "c/d/keep.log"
+            ]
+        );
+        let fresh = crate::ignorefile::load(root, true).unwrap().unwrap();
+        for p in got.ignored.iter().map(String::as_str).chain(kept) {
+            assert_eq!(
+                fresh.is_ignored(p, false),
+                got.ignored.iter().any(|i| i == p),
+                "{p}"
+            );
+        }
     }
 
     fn key(e: &(String, u8)) -> &str {
