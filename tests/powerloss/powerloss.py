@@ -4,7 +4,7 @@ power-loss harness (tools/powerloss), and each cycle's kill is followed by
 a power cut — unsynced data and directory changes vanish — before the
 restart and the model check.
 
-    python3 tests/powerloss/powerloss.py --engine {s3,capture,all} --cuts N [--seed S] [--fault NAME]
+    python3 tests/powerloss/powerloss.py --engine {s3,capture,rewind,all} --cuts N [--seed S] [--fault NAME]
 
 Engines (their load and checks are tests/soak's, see there):
   s3       `stow-s3 serve` with its data directory on the mount: PUT small,
@@ -12,6 +12,12 @@ Engines (their load and checks are tests/soak's, see there):
   capture  `workspace checkpoint` (plain, keyed, portable) and
            `checkpoint-delete` of two workspaces, the registry and the
            workspaces on the mount, with a `workspace watch` of one
+  rewind   `workspace rewind` of an attached workspace (killed at its fault
+           points or from outside, or run to the end), the root and the
+           registry on the mount: after the cut every path is the
+           pre-rewind state or the wanted one, a journal left is finished
+           by the next command, an acknowledged rewind and its undo
+           checkpoint survive the cut
 
 Each cycle: load, SIGKILL at a point drawn from the seed (every process on
 the mount dies: the power takes them all), cut the power (half the cuts
@@ -46,11 +52,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "soak"))
 
 import engine_workspace  # noqa: E402
+from engine_rewind import RewindEngine  # noqa: E402
 from engine_s3 import S3Engine  # noqa: E402
 from engine_workspace import CaptureEngine  # noqa: E402
 from soakkit import ROOT, Ctx, SoakFailure, stow_bin  # noqa: E402
 
-ENGINE_NAMES = ["s3", "capture"]
+ENGINE_NAMES = ["s3", "capture", "rewind"]
 
 
 def harness_paths():
@@ -189,7 +196,28 @@ class PowerCapture(CaptureEngine):
         self.stop_watcher(signal.SIGKILL)
 
 
-ENGINES = {"s3": PowerS3, "capture": PowerCapture}
+class PowerRewind(RewindEngine):
+    """engine rewind with the root and the registry on the mount: the
+    cycle's edits (the driver's writes) are made durable before the rewind,
+    and the power is cut as soon as the rewind process ends — killed, or
+    acknowledged — before anything is judged."""
+
+    def __init__(self, ctx, bin_, disk: Disk):
+        super().__init__(ctx, bin_, disk.mnt)
+        self.disk = disk
+
+    def new_workspace(self):
+        super().new_workspace()
+        self.disk.sync()
+
+    def before_rewind(self):
+        self.disk.sync()
+
+    def after_kill(self, rng):
+        self.disk.cut(rng)
+
+
+ENGINES = {"s3": PowerS3, "capture": PowerCapture, "rewind": PowerRewind}
 
 
 def run_engine(name: str, cuts: int, seed: int, *, workdir=None, keep=False, fault=None, log=print) -> dict:

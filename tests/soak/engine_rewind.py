@@ -252,6 +252,15 @@ class RewindEngine:
     def teardown(self):
         pass
 
+    def before_rewind(self):
+        """Called once the cycle's edits are made, before the rewind (the
+        power-loss driver makes the edits durable here)."""
+
+    def after_kill(self, rng):
+        """Called as soon as the rewind process has ended, killed or not,
+        before anything is judged (the power-loss driver cuts the power
+        here)."""
+
     # commands ---------------------------------------------------------
 
     def ok(self, what, *args, env=None):
@@ -402,6 +411,7 @@ class RewindEngine:
                 self.edit(rng, tag)
             if rng.random() < 0.45:
                 self.checkpoint(f"{tag} edits")
+        self.before_rewind()
         pre = snap(self.root)
         # The target: an earlier checkpoint, often the latest undo one.
         if self.last_undo and rng.random() < 0.3:
@@ -481,6 +491,7 @@ class RewindEngine:
             time.sleep(delay)
             cli.kill()
         cli.finish(120)
+        self.after_kill(rng)
         ctx.stats["kills"] += 1
         ctx.stats[f"kill_at_{fault.split('#')[0]}" if dies_at_fault else "kill_external"] += 1
         where = {"target": target, "scope": scope, "fault": fault, "delay": delay, "steps": steps, "asides": asides}

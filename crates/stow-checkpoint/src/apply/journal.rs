@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::plan::Step;
 use super::RewindResult;
 use crate::error::{Result, WsError};
-use crate::fsutil::{atomic_write, create_private_dir, fsync_dir};
+use crate::fsutil::{atomic_write, create_durable_private_dir, fsync_dir};
 use crate::layout::state;
 use crate::registry::Registry;
 
@@ -84,7 +84,10 @@ fn receipt_path(registry: &Registry, key: &KeyDigests) -> PathBuf {
 
 /// Writes the journal durably.
 pub(crate) fn write(registry: &Registry, j: &Journal) -> Result<()> {
-    create_private_dir(&dir(registry))?;
+    // The journal must outlive a power cut from here on: the first
+    // rewind of a registry makes its directory, whose own name must be
+    // durable too.
+    create_durable_private_dir(&dir(registry))?;
     let bytes = serde_json::to_vec(j)
         .map_err(|e| WsError::InvalidRequest(format!("encode the rewind journal: {e}")))?;
     atomic_write(&journal_path(registry, &j.workspace_id), &bytes, 0o600)
@@ -163,7 +166,7 @@ pub(crate) fn store_receipt(
     result: &RewindResult,
 ) -> Result<()> {
     let path = receipt_path(registry, key);
-    create_private_dir(path.parent().unwrap_or(&dir(registry)))?;
+    create_durable_private_dir(path.parent().unwrap_or(&dir(registry)))?;
     let bytes = serde_json::to_vec(&Receipt {
         version: 1,
         key: key.clone(),

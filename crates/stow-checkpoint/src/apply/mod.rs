@@ -138,8 +138,10 @@ pub(crate) fn run_journal(
         journal::store_receipt(registry, key, &result)?;
     }
     // The stage goes before the journal: no stage outlives its journal
-    // (finishing again finds every path done).
+    // (finishing again finds every path done), a power cut included, so
+    // its removal is made durable first.
     remove_stages(root);
+    crate::fsutil::fsync_dir(&root.join(".stow"))?;
     crate::fault::point("rewind.unstaged");
     journal::remove(registry, &j.workspace_id)?;
     Ok(result)

@@ -168,6 +168,11 @@ impl<'a> Applier<'a> {
         fsync_dir(self.stage.path())
     }
 
+    /// Stages install `n`'s new entry as `new-<n>`. A file is copied under
+    /// a temporary name, flushed, then renamed: a `new-<n>` that exists is
+    /// always whole, so finishing a journal (after a kill, or a power cut
+    /// that took the stage) can trust it, and copies again only what is
+    /// missing.
     fn stage_one(&self, n: usize, want: &Entry, buf: &mut [u8]) -> Result<()> {
         let at = self.staged(n);
         let _ = fs::remove_file(&at);
@@ -175,16 +180,20 @@ impl<'a> Applier<'a> {
             Entry::File {
                 sha256, size, mode, ..
             } => {
+                let part = format!("part-{n}");
                 let entry = FileEntry {
-                    path: format!("new-{n}"),
+                    path: part.clone(),
                     size: *size,
                     mode: *mode,
                     sha256: sha256.clone(),
                     content_type: None,
                     metadata: Default::default(),
                 };
+                let part = self.stage.path().join(part);
+                let _ = fs::remove_file(&part);
                 let out = copy_verified(self.registry, &entry, self.stage.path(), buf)?;
-                out.sync_all().map_err(|e| WsError::io_at("flush", &at, e))
+                out.sync_all().map_err(|e| WsError::io_at("flush", &part, e))?;
+                fs::rename(&part, &at).map_err(|e| WsError::io_at("stage", &at, e))
             }
             Entry::Link { target } => std::os::unix::fs::symlink(target, &at)
                 .map_err(|e| WsError::io_at("create link", &at, e)),
