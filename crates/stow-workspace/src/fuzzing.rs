@@ -16,6 +16,7 @@ pub const TARGETS: &[&str] = &[
     "stat_cache",
     "manifest_document",
     "archive_preview",
+    "archive_import",
     "delta_document",
     "task_manifest",
     "handoff_document",
@@ -30,6 +31,7 @@ pub fn run(target: &str, bytes: &[u8]) {
         "archive_preview" => through_file(bytes, "in.tar.gz", |p| {
             let _ = stow_checkpoint::archive::preview(p, ArchiveLimits::default());
         }),
+        "archive_import" => through_file(bytes, "in.tar.gz", import_into_scratch),
         "delta_document" => through_file(bytes, "in.delta", |p| {
             let _ = stow_checkpoint::delta::read_document(p, None);
         }),
@@ -40,6 +42,29 @@ pub fn run(target: &str, bytes: &[u8]) {
             let _ = crate::handoff::HandoffDocument::load(p);
         }),
         _ => {}
+    }
+}
+
+/// Imports the archive at `archive` into a scratch registry beside it;
+/// whether refused or published, the registry must then check clean: a
+/// refusal leaves nothing half-written, an import only whole checkpoints.
+fn import_into_scratch(archive: &Path) {
+    let Some(dir) = archive.parent() else { return };
+    let Ok(registry) = stow_checkpoint::Registry::at(&dir.join("registry"), None) else {
+        return;
+    };
+    let opts = stow_checkpoint::archive::ImportOptions {
+        include_sensitive: false,
+        limits: ArchiveLimits::default(),
+        progress: None,
+    };
+    let imported = stow_checkpoint::archive::import(&registry, archive, &opts);
+    let checked = stow_checkpoint::check(&registry, false);
+    match checked {
+        Ok(c) if c.damaged.is_empty() => {}
+        other => {
+            panic!("the registry does not check clean after an import ({imported:?}): {other:?}")
+        }
     }
 }
 
