@@ -56,6 +56,7 @@ pub mod registry;
 // Reading a tree: walks, ignore rules, the scan, inotify, the stat cache,
 // the long-lived monitor.
 mod ignorefile;
+mod listing;
 mod monitor;
 mod scan;
 mod statcache;

@@ -3,11 +3,12 @@
 //! copying is a drain of events rather than a second scan.
 
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::ignorefile::{Rules, GIT_IGNORE_FILE};
+use crate::listing::{self, EntryKind};
 
 use crate::error::{Result, WsError};
 use crate::format::{DirectoryEntry, LinkEntry, SkippedEntry};
@@ -448,40 +449,6 @@ fn leaf_of(path: &str) -> &str {
     path.rsplit_once('/').map_or(path, |(_, leaf)| leaf)
 }
 
-/// The entries of directory `dir` (slash path `rel`) a scan looks at, with
-/// their slash paths and types (from the listing: no stat), the
-/// engine's own entries left out.
-fn list_dir(
-    dir: &Path,
-    rel: &str,
-    depth: usize,
-) -> Result<Vec<(fs::DirEntry, String, fs::FileType)>> {
-    let rd = fs::read_dir(dir).map_err(|e| changed_or_io("read directory", dir, rel, e))?;
-    let mut listed = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| changed_or_io("read directory", dir, rel, e))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if excluded(depth, &name) {
-            continue;
-        }
-        let child = if rel.is_empty() {
-            name.into_owned()
-        } else {
-            let mut child = String::with_capacity(rel.len() + 1 + name.len());
-            child.push_str(rel);
-            child.push('/');
-            child.push_str(&name);
-            child
-        };
-        let ft = entry
-            .file_type()
-            .map_err(|e| WsError::io_at("stat", &entry.path(), e))?;
-        listed.push((entry, child, ft));
-    }
-    Ok(listed)
-}
-
 /// Reads one directory: files are stat'ed (one `statx` each, relative to
 /// the open directory), subdirectories are queued in `subdirs`. The entry
 /// type comes from the directory listing, so directories cost no stat.
@@ -494,91 +461,99 @@ pub(super) fn scan_dir(
     out: &mut Scan,
     subdirs: &mut Vec<(PathBuf, String, usize)>,
 ) -> Result<()> {
-    let listed = list_dir(dir, rel, depth)?;
+    let (open, listed) = listing::list(dir, rel, |name| !excluded(depth, name))
+        .map_err(|e| changed_or_io("read directory", dir, rel, e))?;
     let dir_rules = ignore.map(|rules| {
         let gitignore = listed
             .iter()
-            .any(|(_, child, ft)| ft.is_file() && leaf_of(child) == GIT_IGNORE_FILE);
+            .any(|l| l.kind == EntryKind::File && leaf_of(&l.child) == GIT_IGNORE_FILE);
         rules.in_scanned_dir(rel, gitignore)
     });
     // The first file of the directory has its whole path checked; the rest
     // only their names (the directory part is the same).
     let mut dir_checked = false;
-    for (entry, child, ft) in listed {
+    for entry in listed {
+        let is_dir = entry.kind == EntryKind::Dir;
         if dir_rules
             .as_ref()
-            .is_some_and(|r| r.is_ignored(&child, ft.is_dir()))
+            .is_some_and(|r| r.is_ignored(&entry.child, is_dir))
         {
-            out.ignored.push(if ft.is_dir() {
-                format!("{child}/")
+            out.ignored.push(if is_dir {
+                format!("{}/", entry.child)
             } else {
-                child
+                entry.child
             });
             continue;
         }
-        if ft.is_dir() {
-            if !sens && is_sensitive(&format!("{child}/")) {
-                out.excluded.push(format!("{child}/"));
+        let stat = |e: &listing::Listed| {
+            open.stat(e)
+                .map_err(|err| changed_or_io("stat", &open.path_of(e), &e.child, err))
+        };
+        if is_dir {
+            if !sens && is_sensitive(&format!("{}/", entry.child)) {
+                out.excluded.push(format!("{}/", entry.child));
                 continue;
             }
-            check_checkpoint_path(&child)?;
-            let meta = entry
-                .metadata()
-                .map_err(|e| changed_or_io("stat", &entry.path(), &child, e))?;
+            check_checkpoint_path(&entry.child)?;
+            let st = stat(&entry)?;
             out.dirs.push(DirectoryEntry {
-                path: child.clone(),
-                mode: meta.permissions().mode() & 0o777,
+                path: entry.child.clone(),
+                mode: st.mode,
             });
-            subdirs.push((entry.path(), child, depth + 1));
+            subdirs.push((open.path_of(&entry), entry.child, depth + 1));
             continue;
         }
-        if !sens && is_sensitive(&child) {
-            out.excluded.push(child);
+        if !sens && is_sensitive(&entry.child) {
+            out.excluded.push(entry.child);
             continue;
         }
         if dir_checked {
-            check_checkpoint_leaf(&child)?;
+            check_checkpoint_leaf(&entry.child)?;
         } else {
-            check_checkpoint_path(&child)?;
+            check_checkpoint_path(&entry.child)?;
             dir_checked = true;
         }
-        if ft.is_symlink() {
-            // The link itself, never what it points at.
-            let target = fs::read_link(entry.path())
-                .map_err(|e| changed_or_io("read link", &entry.path(), &child, e))?;
-            out.links.push(LinkEntry {
-                path: child,
-                target: target.to_string_lossy().into_owned(),
-            });
-            continue;
-        }
-        if ft.is_file() {
-            // DirEntry::metadata does not follow symlinks and stats
-            // relative to the open directory.
-            let meta = entry
-                .metadata()
-                .map_err(|e| changed_or_io("stat", &entry.path(), &child, e))?;
-            // Replaced by something else since the listing: refuse; a
-            // retry sees what is there now.
-            if meta.file_type().is_file() {
-                out.files.push(Scanned::new(child, &meta));
-                continue;
+        match entry.kind {
+            EntryKind::Link => {
+                // The link itself, never what it points at.
+                let target = open.read_link(&entry).map_err(|e| {
+                    changed_or_io("read link", &open.path_of(&entry), &entry.child, e)
+                })?;
+                out.links.push(LinkEntry {
+                    path: entry.child,
+                    target,
+                });
             }
-            return Err(WsError::WorkspaceChanged(format!(
-                "{child} changed while it was scanned"
-            )));
+            EntryKind::File => {
+                let st = stat(&entry)?;
+                // Replaced by something else since the listing: refuse; a
+                // retry sees what is there now.
+                if st.kind != Some(EntryKind::File) {
+                    return Err(WsError::WorkspaceChanged(format!(
+                        "{} changed while it was scanned",
+                        entry.child
+                    )));
+                }
+                out.files.push(Scanned {
+                    path: entry.child.into(),
+                    size: st.size,
+                    mode: st.mode,
+                    mtime_ns: st.mtime_ns,
+                    ctime_ns: st.ctime_ns,
+                    ino: st.ino,
+                    nlink: st.nlink,
+                });
+            }
+            kind => out.skipped.push(SkippedEntry {
+                path: entry.child,
+                reason: match kind {
+                    EntryKind::Socket => "a socket is not captured",
+                    EntryKind::Fifo => "a FIFO is not captured",
+                    _ => "a device file is not captured",
+                }
+                .into(),
+            }),
         }
-        let reason = if ft.is_socket() {
-            "a socket is not captured"
-        } else if ft.is_fifo() {
-            "a FIFO is not captured"
-        } else {
-            "a device file is not captured"
-        };
-        out.skipped.push(SkippedEntry {
-            path: child,
-            reason: reason.into(),
-        });
     }
     Ok(())
 }
