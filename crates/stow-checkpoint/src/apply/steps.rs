@@ -192,7 +192,8 @@ impl<'a> Applier<'a> {
                 let part = self.stage.path().join(part);
                 let _ = fs::remove_file(&part);
                 let out = copy_verified(self.registry, &entry, self.stage.path(), buf)?;
-                out.sync_all().map_err(|e| WsError::io_at("flush", &part, e))?;
+                out.sync_all()
+                    .map_err(|e| WsError::io_at("flush", &part, e))?;
                 fs::rename(&part, &at).map_err(|e| WsError::io_at("stage", &at, e))
             }
             Entry::Link { target } => std::os::unix::fs::symlink(target, &at)
