@@ -384,3 +384,27 @@ def test_console_objects_narrow_dark(console, browser):  # noqa: F811
         shot(pg, "test_console_objects_narrow_dark")
     finally:
         context.close()
+
+
+# ---- sign-in rate limit ----
+
+
+def test_console_sign_in_rate_limit(console, page):
+    from concurrent.futures import ThreadPoolExecutor
+
+    api = Api(console.console)
+    wrong = {"access_key": console.access_key, "secret_key": "guess"}
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda _: api.call("POST", "session", wrong)[0].status, range(10)))
+    assert answers == [401] * 10
+    # Now every attempt is refused unchecked, even the right pair.
+    resp, doc = api.call("POST", "session", {"access_key": console.access_key, "secret_key": console.secret_key})
+    assert resp.status == 429 and doc["error"]["code"] == "too_many_sign_ins", doc
+    assert 1 <= int(resp.getheader("Retry-After")) <= 60
+    assert resp.getheader("Set-Cookie") is None
+    page.goto(console.console)
+    page.get_by_label("Access key").fill(console.access_key)
+    page.get_by_label("Secret key").fill(console.secret_key)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("alert").filter(has_text="too_many_sign_ins").wait_for()
+    assert page.get_by_role("heading", name="Buckets").is_hidden()

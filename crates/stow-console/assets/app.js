@@ -16,6 +16,7 @@ const state = {
   tokens: [""], // continuation token of each page seen, the current one last
   next: null,
   filter: "", // the prefix filter, under the folder's prefix
+  render: 0, // the latest listing shown (a longer one is appended over frames)
 };
 
 /** Creates an element. Strings among `children` become Text nodes. */
@@ -44,10 +45,14 @@ function formatSize(n) {
   return i === 0 ? `${n} B` : `${v.toFixed(1)} ${units[i]}`;
 }
 
+// One formatter for every time shown: `toLocaleString` builds a new one
+// per call, which costs a second or more over a page of 1,000 rows.
+const timeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "short", timeStyle: "medium" });
+
 function formatTime(iso) {
   if (!iso) return "";
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+  return Number.isNaN(d.getTime()) ? iso : timeFormat.format(d);
 }
 
 function say(text) {
@@ -261,6 +266,7 @@ async function showObjects() {
   const listed = state.prefix + state.filter;
   const data = await attempt(() => api.objects(state.bucket, listed, token));
   if (!data) {
+    state.render += 1;
     $("object-rows").replaceChildren();
     return;
   }
@@ -277,7 +283,7 @@ async function showObjects() {
       el("td", {}),
     ),
   );
-  const objects = data.objects.map((o) =>
+  const objectRow = (o) =>
     el(
       "tr",
       {},
@@ -310,14 +316,37 @@ async function showObjects() {
           onclick: () => deleteObject(o.key),
         }),
       ),
-    ),
-  );
-  $("object-rows").replaceChildren(...folders, ...objects);
-  objectPages.updateSelection();
-  $("no-objects").hidden = folders.length + objects.length > 0;
+    );
+  // The first screenful at once, the rest of a long page over the next
+  // frames: a page of 1,000 keys shows its first rows without waiting for
+  // the layout of all of them.
+  const render = ++state.render;
+  const first = data.objects.slice(0, FIRST_ROWS).map(objectRow);
+  $("object-rows").replaceChildren(...folders, ...first);
+  appendRows(render, data.objects.slice(FIRST_ROWS), objectRow);
+  $("no-objects").hidden = folders.length + data.objects.length > 0;
   state.next = data.next;
   $("next-page").hidden = !data.next;
   $("prev-page").hidden = state.tokens.length < 2;
+}
+
+/** Rows shown in the first frame of a listing. */
+const FIRST_ROWS = 100;
+/** Rows added in each later frame. */
+const ROWS_PER_FRAME = 300;
+
+/** Appends `rest` in frames, unless a newer listing (render) replaced it. */
+function appendRows(render, rest, objectRow) {
+  if (render !== state.render) return;
+  if (rest.length === 0) {
+    objectPages.updateSelection();
+    return;
+  }
+  requestAnimationFrame(() => {
+    if (render !== state.render) return;
+    $("object-rows").append(...rest.slice(0, ROWS_PER_FRAME).map(objectRow));
+    appendRows(render, rest.slice(ROWS_PER_FRAME), objectRow);
+  });
 }
 
 async function deleteObject(key) {

@@ -46,7 +46,7 @@ use crate::{json, objects, uploads, Body, ConsoleConfig};
 /// Largest JSON request body (a delete of 1,000 long keys fits).
 const JSON_LIMIT: usize = 1024 * 1024;
 /// Keys per listing page.
-const PAGE_KEYS: i32 = 200;
+const PAGE_KEYS: i32 = 1000;
 /// How long a failed sign-in is held before it is answered.
 const FAILED_SIGN_IN_DELAY: Duration = Duration::from_millis(300);
 
@@ -56,6 +56,7 @@ pub struct State {
     keys: KeyPair,
     credentials: Credentials,
     sessions: Sessions,
+    sign_ins: session::SignInLimiter,
     read_only: bool,
     pub(crate) max_upload_bytes: u64,
     workspace: Option<std::sync::Arc<WorkspacePages>>,
@@ -83,6 +84,7 @@ impl State {
                 secret_key: SecretKey::from(config.secret_key.as_str()),
             },
             sessions: Sessions::new(session::session_ttl()),
+            sign_ins: session::SignInLimiter::default(),
             read_only: config.read_only,
             max_upload_bytes: config.max_upload_bytes,
             workspace: config.workspace.map(std::sync::Arc::new),
@@ -251,11 +253,18 @@ async fn on_pool(
 /// session; anything else is held a moment, then refused.
 async fn sign_in(state: &State, req: Request<Incoming>) -> Result<Response<Body>, ConsoleError> {
     let body: serde_json::Value = read_json(req).await?;
+    if let Err(wait) = state.sign_ins.check(Instant::now()) {
+        return Err(ConsoleError::TooManySignIns {
+            retry_after: wait.as_secs().max(1),
+        });
+    }
     let field = |name: &str| body.get(name).and_then(|v| v.as_str()).unwrap_or("");
     if !state.keys.matches(field("access_key"), field("secret_key")) {
+        state.sign_ins.failed(Instant::now());
         tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
         return Err(ConsoleError::BadCredentials);
     }
+    state.sign_ins.succeeded();
     let (id, s) = state.sessions.create(Instant::now())?;
     let mut resp = json(StatusCode::OK, &who(state, &s));
     set_cookie(

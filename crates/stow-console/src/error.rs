@@ -15,6 +15,13 @@ pub enum ConsoleError {
     /// Sign-in with a key pair that is not this server's.
     #[error("the access key or secret key is not this server's")]
     BadCredentials,
+    /// Too many failed sign-ins lately: attempts are refused unchecked for
+    /// a while (`Retry-After`).
+    #[error("too many failed sign-ins; try again in {retry_after} s")]
+    TooManySignIns {
+        /// Seconds until an attempt is allowed again.
+        retry_after: u64,
+    },
     /// A request from another origin (Origin / Sec-Fetch-Site).
     #[error("cross-origin request refused: {0}")]
     CrossOrigin(&'static str),
@@ -87,6 +94,7 @@ impl ConsoleError {
         match self {
             ConsoleError::Unauthenticated => "unauthenticated",
             ConsoleError::BadCredentials => "bad_credentials",
+            ConsoleError::TooManySignIns { .. } => "too_many_sign_ins",
             ConsoleError::CrossOrigin(_) => "cross_origin",
             ConsoleError::Csrf => "csrf",
             ConsoleError::Host => "bad_host",
@@ -109,6 +117,7 @@ impl ConsoleError {
             ConsoleError::Unauthenticated | ConsoleError::BadCredentials => {
                 StatusCode::UNAUTHORIZED
             }
+            ConsoleError::TooManySignIns { .. } => StatusCode::TOO_MANY_REQUESTS,
             ConsoleError::CrossOrigin(_) | ConsoleError::Csrf => StatusCode::FORBIDDEN,
             ConsoleError::Host => StatusCode::MISDIRECTED_REQUEST,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,

@@ -259,6 +259,10 @@ pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Bo
 /// The one place a refusal becomes an HTTP answer.
 fn error_response(e: &ConsoleError) -> Response<Body> {
     let mut resp = json(e.status(), &e.body());
+    if let ConsoleError::TooManySignIns { retry_after } = e {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+    }
     if matches!(e, ConsoleError::Unauthenticated) {
         if let Ok(v) = HeaderValue::from_str(&session::clearing_cookie()) {
             resp.headers_mut().insert(header::SET_COOKIE, v);

@@ -53,6 +53,68 @@ fn ttl_from(v: &str) -> Option<Duration> {
         .then(|| Duration::from_secs(secs))
 }
 
+/// Failed sign-ins within [`SIGN_IN_WINDOW`] after which every sign-in
+/// (right or wrong) is refused until the oldest of them leaves the window.
+pub const MAX_FAILED_SIGN_INS: usize = 10;
+/// The window failed sign-ins are counted over.
+pub const SIGN_IN_WINDOW: Duration = Duration::from_secs(60);
+
+/// Rate limit of sign-in attempts: the console has one key pair, so one
+/// count for all clients. Once [`MAX_FAILED_SIGN_INS`] failures fall
+/// within [`SIGN_IN_WINDOW`], attempts are refused without being checked,
+/// so a guesser learns nothing more until the window moves on.
+pub struct SignInLimiter {
+    failures: Mutex<std::collections::VecDeque<Instant>>,
+}
+
+impl Default for SignInLimiter {
+    fn default() -> Self {
+        SignInLimiter {
+            failures: Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+}
+
+impl SignInLimiter {
+    /// `Err(wait)` when attempts are refused at `now`; `wait` is how long
+    /// until one is allowed again.
+    pub fn check(&self, now: Instant) -> Result<(), Duration> {
+        let mut failures = self.lock();
+        while failures
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= SIGN_IN_WINDOW)
+        {
+            failures.pop_front();
+        }
+        match failures.front() {
+            Some(oldest) if failures.len() >= MAX_FAILED_SIGN_INS => {
+                Err(SIGN_IN_WINDOW.saturating_sub(now.saturating_duration_since(*oldest)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failed sign-in at `now` (at most [`MAX_FAILED_SIGN_INS`]
+    /// are kept).
+    pub fn failed(&self, now: Instant) {
+        let mut failures = self.lock();
+        failures.push_back(now);
+        while failures.len() > MAX_FAILED_SIGN_INS {
+            failures.pop_front();
+        }
+    }
+
+    /// Forgets the failures (a successful sign-in).
+    pub fn succeeded(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Instant>> {
+        // Every change is one push or pop: a poisoned lock is consistent.
+        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Sessions kept at once; signing in beyond drops the oldest.
 const MAX_SESSIONS: usize = 256;
 
@@ -323,6 +385,25 @@ mod tests {
         // Once seen expired it is gone, even for an earlier clock.
         assert!(sessions.lookup(&a, t0).is_none());
         assert!(sessions.lookup(&b, t0).is_some());
+    }
+
+    #[test]
+    fn failed_sign_ins_are_limited() {
+        let limiter = SignInLimiter::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_FAILED_SIGN_INS {
+            assert!(limiter.check(t0).is_ok(), "attempt {i}");
+            limiter.failed(t0 + Duration::from_secs(i as u64));
+        }
+        let at = t0 + Duration::from_secs(20);
+        assert_eq!(limiter.check(at), Err(Duration::from_secs(40)));
+        // The oldest failure leaves the window: one more attempt.
+        assert!(limiter.check(t0 + SIGN_IN_WINDOW).is_ok());
+        limiter.failed(t0 + SIGN_IN_WINDOW);
+        assert!(limiter.check(t0 + SIGN_IN_WINDOW).is_err());
+        // A success forgets them.
+        limiter.succeeded();
+        assert!(limiter.check(t0 + SIGN_IN_WINDOW).is_ok());
     }
 
     #[test]
