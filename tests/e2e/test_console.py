@@ -105,7 +105,9 @@ class Api:
         if cookie:
             h["Cookie"] = f"stow_console={cookie}"
         data = None
-        if body is not None:
+        if isinstance(body, bytes):
+            data = body
+        elif body is not None:
             data = json.dumps(body).encode()
             h["Content-Type"] = "application/json"
         conn.request(method, self.base + "api/" + route, body=data, headers=h)

@@ -285,3 +285,40 @@ def test_the_timeline_pages_with_its_cursor(served, stow_bin, workdir):
     assert resp.status == 400 and doc["error"]["code"] == "bad_request", doc
     resp, doc = api.call("GET", "checkpoints?cursor=nonsense", headers=same, cookie=cookie)
     assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc
+
+
+def test_workspace_bucket_object_pages(served):
+    # The object pages work on a workspace's bucket view too: details,
+    # preview, usage against the workspace's quotas, a share link on the
+    # S3 port, and a multipart upload that lands as a file in the tree.
+    import urllib.parse
+    import urllib.request
+
+    server, _, _, _ = served
+    api = Api(server.console)
+    _, session, csrf = api.sign_in(server)
+    b = server.bucket
+    q = urllib.parse.urlencode({"bucket": b, "key": "keep.txt"})
+    resp, doc = api.call("GET", "details?" + q, cookie=session)
+    assert resp.status == 200 and doc["size"] == 5 and doc["versioning"] is None, doc
+    resp, doc = api.call("GET", "preview?" + q, cookie=session)
+    assert doc == {"kind": "text", "text": "kept\n", "truncated": False, "size": 5}
+    resp, doc = api.call("GET", f"usage?bucket={b}", cookie=session)
+    assert doc["store"]["max_bytes"] == server.ready["max_bytes"], doc
+    assert doc["bucket"]["objects"] == doc["store"]["objects"]
+    resp, doc = api.call("POST", "share", {"bucket": b, "key": "keep.txt", "expires": 60},
+                         headers={"X-Stow-CSRF": csrf}, cookie=session)
+    assert urllib.request.urlopen(doc["url"]).read() == b"kept\n"
+
+    h = {"X-Stow-CSRF": csrf}
+    resp, doc = api.call("POST", "multipart", {"bucket": b, "key": "up/parts.bin"}, headers=h, cookie=session)
+    assert resp.status == 200, doc
+    upload = doc["upload"]
+    part = urllib.parse.urlencode({"bucket": b, "key": "up/parts.bin", "upload": upload, "number": 1})
+    resp, doc = api.call("PUT", "part?" + part, b"in one part\n", headers=h, cookie=session)
+    assert resp.status == 200, doc
+    resp, doc = api.call("POST", "complete", {"bucket": b, "key": "up/parts.bin", "upload": upload,
+                                              "parts": [{"number": 1, "etag": doc["etag"]}]},
+                         headers=h, cookie=session)
+    assert resp.status == 200 and doc["etag"].endswith("-1"), doc
+    assert (pathlib.Path(server.root) / "up" / "parts.bin").read_bytes() == b"in one part\n"
