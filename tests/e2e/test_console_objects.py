@@ -194,8 +194,11 @@ def test_console_details_and_versions(console, page):
     assert first in versions.nth(1).inner_text()
     page.get_by_label("Text preview of notes.txt").filter(has_text="second version").wait_for()
     shot(page, "test_console_details_and_versions_panel")
-    page.get_by_role("button", name="Close details").click()
+    # Escape closes the panel; the focus goes back to the row's Details.
+    page.get_by_role("button", name="Close details").focus()
+    page.keyboard.press("Escape")
     assert page.locator("#details").is_hidden()
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Details notes.txt"
 
 
 def test_console_previews_are_inert(console, page):

@@ -163,13 +163,19 @@ export function mountObjects(ctx) {
     }
   }
 
-  $("details-close").addEventListener("click", () => {
+  /** Closes the panel and gives the focus back to the row's Details. */
+  function closeAndReturn() {
     const key = shown.key;
     closeDetails();
     const again = [...document.querySelectorAll("#object-rows button")].find(
       (b) => b.getAttribute("aria-label") === `Details ${key}`,
     );
     if (again) again.focus();
+  }
+
+  $("details-close").addEventListener("click", closeAndReturn);
+  $("details").addEventListener("keydown", (e) => {
+    if (e.key === "Escape") closeAndReturn();
   });
 
   // ---- share links ----
