@@ -68,6 +68,17 @@ def png_1x1():
             + chunk(b"IDAT", raw) + chunk(b"IEND", b""))
 
 
+# Every visible control of the object page: one without a name (its text,
+# aria-label, or a <label>) is returned.
+UNNAMED_CONTROLS = """() => [...document.querySelectorAll(
+        "#objects button, #objects input, #objects select, #objects a, #objects [role=region]")]
+    .filter((c) => c.offsetParent !== null || c.getClientRects().length > 0)
+    .filter((c) => !((c.getAttribute("aria-label") || "").trim()
+        || (c.labels && [...c.labels].some((l) => l.textContent.trim()))
+        || (c.tagName !== "INPUT" && c.tagName !== "SELECT" && c.textContent.trim())))
+    .map((c) => c.outerHTML.slice(0, 120))"""
+
+
 def shot(pg, name):
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -193,6 +204,9 @@ def test_console_details_and_versions(console, page):
     assert second["VersionId"] in versions.nth(0).inner_text() and "latest" in versions.nth(0).inner_text()
     assert first in versions.nth(1).inner_text()
     page.get_by_label("Text preview of notes.txt").filter(has_text="second version").wait_for()
+    # 1280×800: nothing runs off the side; every control is named.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    assert page.evaluate(UNNAMED_CONTROLS) == []
     shot(page, "test_console_details_and_versions_panel")
     # Escape closes the panel; the focus goes back to the row's Details.
     page.get_by_role("button", name="Close details").focus()
@@ -384,6 +398,9 @@ def test_console_objects_narrow_dark(console, browser):  # noqa: F811
         for name in ("Upload", "Delete selected", "Share link", "Close details"):
             assert pg.get_by_role("button", name=name, exact=True).is_visible(), name
         assert pg.evaluate("document.documentElement.scrollWidth") <= 390
+        assert pg.evaluate(UNNAMED_CONTROLS) == []
+        panel = pg.evaluate("getComputedStyle(document.getElementById('details')).borderTopColor")
+        assert panel == "rgb(48, 56, 64)", panel  # the dark palette's line colour
         shot(pg, "test_console_objects_narrow_dark")
     finally:
         context.close()
