@@ -172,7 +172,16 @@ export function mountUploads(ctx) {
   drop.addEventListener("drop", (e) => {
     e.preventDefault();
     drop.classList.remove("over");
-    uploadAll([...(e.dataTransfer ? e.dataTransfer.files : [])]);
+    if (!e.dataTransfer) return;
+    // A dropped folder arrives as an unreadable "file": leave it out.
+    const items = [...e.dataTransfer.items].filter((i) => i.kind === "file");
+    const folders = items.filter((i) => i.webkitGetAsEntry && i.webkitGetAsEntry()?.isDirectory).length;
+    const files = items
+      .filter((i) => !(i.webkitGetAsEntry && i.webkitGetAsEntry()?.isDirectory))
+      .map((i) => i.getAsFile())
+      .filter((f) => f !== null);
+    if (folders > 0) say(`${folders} folder${folders === 1 ? "" : "s"} left out: drop the files inside instead.`);
+    uploadAll(files);
   });
   return { uploadAll };
 }
