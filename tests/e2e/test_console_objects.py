@@ -203,6 +203,10 @@ def test_console_details_and_versions(console, page):
     assert versions.count() == 2
     assert second["VersionId"] in versions.nth(0).inner_text() and "latest" in versions.nth(0).inner_text()
     assert first in versions.nth(1).inner_text()
+    # An older version downloads as it was.
+    with page.expect_download() as dl:
+        page.get_by_role("link", name=f"Download version {first}", exact=True).click()
+    assert pathlib.Path(dl.value.path()).read_bytes() == b"first\n"
     page.get_by_label("Text preview of notes.txt").filter(has_text="second version").wait_for()
     # 1280×800: nothing runs off the side; every control is named.
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280

@@ -134,6 +134,19 @@ export function mountObjects(ctx) {
           ),
           el("td", {}, v.delete_marker ? "" : formatSize(v.size)),
           el("td", {}, formatTime(v.last_modified)),
+          el(
+            "td",
+            { class: "actions" },
+            v.delete_marker || !v.version_id
+              ? ""
+              : el("a", {
+                  class: "button",
+                  href: api.downloadUrl(shown.bucket, shown.key, v.version_id),
+                  download: "",
+                  "aria-label": `Download version ${v.version_id}`,
+                  text: "Download",
+                }),
+          ),
         ),
       ),
     );

@@ -6,7 +6,7 @@
 //! | `buckets` | `GET` / `POST {"name"}` | ListBuckets / CreateBucket |
 //! | `bucket?name=` | `DELETE` | DeleteBucket |
 //! | `objects?bucket=&prefix=&token=` | `GET` | ListObjectsV2 (delimiter `/`) |
-//! | `object?bucket=&key=` | `PUT` body / `GET` / `DELETE` | PutObject / GetObject (as an attachment) / DeleteObject |
+//! | `object?bucket=&key=&version=` | `PUT` body / `GET` / `DELETE` | PutObject / GetObject (as an attachment; `version` optional) / DeleteObject |
 //! | `delete` | `POST {"bucket", "keys"}` | DeleteObjects |
 //! | `details?bucket=&key=&version=` | `GET` | HeadObject, GetObjectTagging, GetBucketVersioning, ListObjectVersions |
 //! | `preview?bucket=&key=` | `GET` | GetObject (the first 64 KiB, as text or an image's kind) |
@@ -190,7 +190,14 @@ pub async fn handle(
             upload(state, req, bucket, key).await
         }
         ("object", Method::GET) => {
-            download(state, param(&query, "bucket")?, param(&query, "key")?).await
+            let version = query.get("version").filter(|v| !v.is_empty()).cloned();
+            download(
+                state,
+                param(&query, "bucket")?,
+                param(&query, "key")?,
+                version,
+            )
+            .await
         }
         ("object", Method::DELETE) => {
             delete_object(state, param(&query, "bucket")?, param(&query, "key")?).await
@@ -467,10 +474,12 @@ async fn download(
     state: &State,
     bucket: String,
     key: String,
+    version_id: Option<String>,
 ) -> Result<Response<Body>, ConsoleError> {
     let input = GetObjectInput {
         bucket,
         key: key.clone(),
+        version_id,
         ..Default::default()
     };
     let out = state
