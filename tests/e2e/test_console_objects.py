@@ -132,6 +132,19 @@ def test_console_upload_cancel_aborts(console, page):
     assert "Uploads" not in s3.list_multipart_uploads(Bucket="slow")
     with pytest.raises(botocore.exceptions.ClientError):
         s3.head_object(Bucket="slow", Key="huge.bin")
+
+    # Leaving the page mid-upload aborts it too (a keepalive request).
+    drop_files(page, [{"name": "left.bin", "size": 32 * MiB}])
+    page.wait_for_function(
+        """() => { const b = document.querySelector('[aria-label="Upload progress of left.bin"]');
+                   return b && b.value > 0; }""",
+        timeout=30_000)
+    assert len(s3.list_multipart_uploads(Bucket="slow").get("Uploads", [])) == 1
+    page.goto("about:blank")
+    deadline = time.monotonic() + 10
+    while s3.list_multipart_uploads(Bucket="slow").get("Uploads") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket="slow")
     cdp.send("Network.emulateNetworkConditions", {
         "offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
 

@@ -81,6 +81,19 @@ export const api = {
   rewind: (to, requestKey) => call("POST", "rewind", {}, { to, dry_run: false, request_key: requestKey }),
 };
 
+/**
+ * Aborts a multipart upload from a page that is going away: a `keepalive`
+ * request outlives the page (and, unlike a beacon, carries the CSRF token).
+ */
+export function abortOnExit(bucket, key, upload) {
+  fetch(apiUrl("multipart", { bucket, key, upload }), {
+    method: "DELETE",
+    keepalive: true,
+    credentials: "same-origin",
+    headers: { "X-Stow-CSRF": csrf },
+  }).catch(() => undefined);
+}
+
 /** A fresh request key: one per confirmed rewind, so a retry replays it. */
 export function requestKey() {
   const bytes = new Uint8Array(16);

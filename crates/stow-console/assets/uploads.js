@@ -2,12 +2,20 @@
 // one Cancel per file. Files up to one part go as one PUT; larger ones as
 // a multipart upload (8 MiB parts, a few at a time), aborted on cancel.
 
-import { api, upload, uploadPart, ApiError } from "./api.js";
+import { api, upload, uploadPart, abortOnExit, ApiError } from "./api.js";
 
 /** Size of a multipart part (and the size above which a file goes multipart). */
 export const PART_BYTES = 8 * 1024 * 1024;
 const MAX_PARTS = 10000;
 const PARALLEL_PARTS = 3;
+
+/** Multipart uploads under way ({ bucket, key, upload }), aborted if the page goes. */
+const inProgress = new Set();
+
+window.addEventListener("pagehide", () => {
+  for (const u of inProgress) abortOnExit(u.bucket, u.key, u.upload);
+  inProgress.clear();
+});
 
 function cancelledError() {
   return new ApiError(0, "cancelled", "the upload was cancelled");
@@ -38,10 +46,13 @@ export function multipartUpload(bucket, key, file, onProgress) {
     for (const job of inFlight) job.cancel();
   };
   let cancelled = false;
+  let entry = null;
   const promise = (async () => {
     try {
       const created = await api.createMultipart(bucket, key, file.type || "application/octet-stream");
       uploadId = created.upload;
+      entry = { bucket, key, upload: uploadId };
+      inProgress.add(entry);
       if (stopped) throw cancelledError();
       const size = partSize(file.size);
       const count = Math.max(1, Math.ceil(file.size / size));
@@ -77,6 +88,8 @@ export function multipartUpload(bucket, key, file, onProgress) {
       stop();
       if (uploadId) await api.abortMultipart(bucket, key, uploadId).catch(() => undefined);
       throw cancelled ? cancelledError() : err;
+    } finally {
+      inProgress.delete(entry);
     }
   })();
   return {
