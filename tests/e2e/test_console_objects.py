@@ -125,6 +125,9 @@ def test_console_upload_cancel_aborts(console, page):
     assert len(s3.list_multipart_uploads(Bucket="slow").get("Uploads", [])) == 1
     page.get_by_role("button", name="Cancel upload of huge.bin").click()
     page.locator("#uploads li").filter(has_text="cancelled").wait_for()
+    shot(page, "test_console_upload_cancel_aborts_cancelled")
+    page.get_by_role("button", name="Dismiss huge.bin").click()
+    assert page.locator("#uploads li").count() == 0
     # The upload is aborted on the server: nothing in flight, no object.
     deadline = time.monotonic() + 10
     while s3.list_multipart_uploads(Bucket="slow").get("Uploads") and time.monotonic() < deadline:

@@ -158,9 +158,17 @@ export function mountUploads(ctx) {
     ctx.done(bucket, prefix);
   }
 
+  /** Marks a row cancelled or failed; its Cancel becomes Dismiss. */
   function finish(item, word) {
-    item.cancel.remove();
     item.note.textContent = word;
+    item.cancel.replaceWith(
+      el("button", {
+        type: "button",
+        text: "Dismiss",
+        "aria-label": `Dismiss ${item.file.name}`,
+        onclick: () => item.row.remove(),
+      }),
+    );
   }
 
   $("upload").addEventListener("click", () => $("upload-input").click());
