@@ -265,6 +265,7 @@ def test_console_previews_are_inert(console, page):
     img = page.get_by_role("img", name="Preview of dot.png")
     img.wait_for()
     page.wait_for_function("() => document.querySelector('#preview img').naturalWidth === 1")
+    page.get_by_text("image/png, 1 × 1 px").wait_for()
     shot(page, "test_console_previews_are_inert_image")
 
     # Text: the first 64 KiB; binary: no preview.

@@ -170,7 +170,12 @@ export function mountObjects(ctx) {
         note ? el("p", { class: "muted" }, note) : "",
       );
     } else if (data.kind === "image") {
-      box.replaceChildren(el("img", { src: api.imageUrl(bucket, key), alt: `Preview of ${key}`, class: "preview-image" }));
+      const size = el("p", { class: "muted" });
+      const img = el("img", { src: api.imageUrl(bucket, key), alt: `Preview of ${key}`, class: "preview-image" });
+      img.addEventListener("load", () => {
+        size.textContent = `${data.type}, ${img.naturalWidth} × ${img.naturalHeight} px`;
+      });
+      box.replaceChildren(img, size);
     } else {
       box.replaceChildren(el("p", { class: "muted" }, `No preview: ${data.reason}.`));
     }
