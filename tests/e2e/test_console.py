@@ -392,6 +392,15 @@ def test_console_read_only(stow_bin, tmp_path, page):
         assert not page.get_by_role("button", name="Upload").is_visible()
         assert page.get_by_role("button", name="Delete a.txt").count() == 0, "hidden controls are not offered"
         page.get_by_role("link", name="Download a.txt").wait_for()
+        # No drop zone, no selection, no Delete selected; details, the
+        # preview and share links (reads) are there.
+        assert not page.get_by_role("region", name="Drop files here to upload").is_visible()
+        assert not page.get_by_role("button", name="Delete selected").is_visible()
+        assert page.locator("#objects input[type=checkbox]:visible").count() == 0
+        page.get_by_role("button", name="Details a.txt").click()
+        page.get_by_label("Text preview of a.txt").filter(has_text="a").wait_for()
+        page.get_by_role("button", name="Share link").click()
+        page.get_by_label("Share link URL").wait_for()
         api = Api(server.console)
         _, session, csrf = api.sign_in(server)
         resp, doc = api.call("POST", "buckets", {"name": "nope"}, headers={"X-Stow-CSRF": csrf}, cookie=session)
