@@ -4,7 +4,7 @@ power-loss harness (tools/powerloss), and each cycle's kill is followed by
 a power cut — unsynced data and directory changes vanish — before the
 restart and the model check.
 
-    python3 tests/powerloss/powerloss.py --engine {s3,capture,rewind,serve,all} --cuts N [--seed S] [--fault NAME]
+    python3 tests/powerloss/powerloss.py --engine {s3,capture,rewind,serve,transfer,all} --cuts N [--seed S] [--fault NAME]
 
 Engines (their load and checks are tests/soak's, see there):
   s3       `stow-s3 serve` with its data directory on the mount: PUT small,
@@ -21,6 +21,9 @@ Engines (their load and checks are tests/soak's, see there):
   serve    `workspace serve` under the s3 engine's load (files of the
            served tree and its private store), with captures of the
            served tree; registry and workspace on the mount
+  transfer import, apply, push, pull and export killed at once, the
+           registries, archives and deltas on the mount (the remote's
+           data off it)
 
 Each cycle: load, SIGKILL at a point drawn from the seed (every process on
 the mount dies: the power takes them all), cut the power (half the cuts
@@ -56,11 +59,12 @@ sys.path.insert(0, str(HERE.parent / "soak"))
 
 import engine_workspace  # noqa: E402
 from engine_rewind import RewindEngine  # noqa: E402
+from engine_transfer import TransferEngine  # noqa: E402
 from engine_s3 import S3Engine  # noqa: E402
 from engine_workspace import CaptureEngine, ServeEngine  # noqa: E402
 from soakkit import ROOT, Ctx, SoakFailure, stow_bin  # noqa: E402
 
-ENGINE_NAMES = ["s3", "capture", "rewind", "serve"]
+ENGINE_NAMES = ["s3", "capture", "rewind", "serve", "transfer"]
 
 
 def harness_paths():
@@ -245,7 +249,28 @@ class PowerServe(ServeEngine):
         return super().after_kill(rng)
 
 
-ENGINES = {"s3": PowerS3, "capture": PowerCapture, "rewind": PowerRewind, "serve": PowerServe}
+class PowerTransfer(TransferEngine):
+    """engine transfer (import, apply, push, pull, export, all killed at
+    once) with the three registries, the workspace, the archives and the
+    deltas on the mount; the remote service's data is elsewhere (another
+    machine's disk). The power is cut once the transfers have ended,
+    before anything is judged."""
+
+    def __init__(self, ctx, bin_, disk: Disk):
+        super().__init__(ctx, bin_, disk.mnt)
+        self.disk = disk
+        self.remote_dir = disk.backing.parent / "remote"
+
+    def setup(self):
+        super().setup()
+        self.disk.sync()
+
+    def after_kill(self, rng):
+        self.disk.cut(rng)
+
+
+ENGINES = {"s3": PowerS3, "capture": PowerCapture, "rewind": PowerRewind, "serve": PowerServe,
+           "transfer": PowerTransfer}
 
 
 def run_engine(name: str, cuts: int, seed: int, *, workdir=None, keep=False, fault=None, log=print) -> dict:

@@ -50,12 +50,15 @@ class TransferEngine:
         self.trees = {}  # cp -> tree
         self.remote = None
         self.remote_manifests = {}
+        # The remote service's data (another machine's disk: the power-loss
+        # driver keeps it off the mount it cuts).
+        self.remote_dir = workdir / "remote"
 
     # ---------------------------------------------------------------- setup
 
     def setup(self):
         ctx = self.ctx
-        self.remote, ready = spawn_ready([self.bin, "serve", "--port", "0", "--data-dir", str(self.dir / "remote"),
+        self.remote, ready = spawn_ready([self.bin, "serve", "--port", "0", "--data-dir", str(self.remote_dir),
                                           "--access-key", KEYS[0], "--secret-key", KEYS[1]], env=clean_env())
         self.endpoint = ready["endpoint"]
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=KEYS[0],
@@ -78,6 +81,10 @@ class TransferEngine:
         self.ok("import", "--archive", archive, "--registry-dir", self.regs["B"])
         self.ok("push", "--checkpoint-id", cp, "--remote", "origin", "--registry-dir", self.regs["A"])
         self.prev = cp
+
+    def after_kill(self, rng):
+        """Called once every transfer process has ended, before anything is
+        judged (the power-loss driver cuts the power here)."""
 
     def ok(self, *args):
         rc, doc, err = run(self.bin, "workspace", *args, env=self.env)
@@ -130,6 +137,7 @@ class TransferEngine:
             p.kill()
         for p in procs.values():
             p.finish(120)
+        self.after_kill(rng)
         ctx.stats["kills"] += 1
         for name, p in procs.items():
             ctx.stats[f"{name}_killed" if p.killed else f"{name}_completed"] += 1
