@@ -4,7 +4,7 @@ power-loss harness (tools/powerloss), and each cycle's kill is followed by
 a power cut — unsynced data and directory changes vanish — before the
 restart and the model check.
 
-    python3 tests/powerloss/powerloss.py --engine {s3,capture,rewind,serve,transfer,all} --cuts N [--seed S] [--fault NAME]
+    python3 tests/powerloss/powerloss.py --engine {s3,capture,rewind,serve,transfer,mcp,all} --cuts N [--seed S] [--fault NAME]
 
 Engines (their load and checks are tests/soak's, see there):
   s3       `stow-s3 serve` with its data directory on the mount: PUT small,
@@ -24,6 +24,8 @@ Engines (their load and checks are tests/soak's, see there):
   transfer import, apply, push, pull and export killed at once, the
            registries, archives and deltas on the mount (the remote's
            data off it)
+  mcp      `stow-s3 mcp` (object profile) keyed and guarded saves through
+           the official SDK, the store on the mount
 
 Each cycle: load, SIGKILL at a point drawn from the seed (every process on
 the mount dies: the power takes them all), cut the power (half the cuts
@@ -58,13 +60,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "soak"))
 
 import engine_workspace  # noqa: E402
+from engine_mcp import McpEngine  # noqa: E402
 from engine_rewind import RewindEngine  # noqa: E402
 from engine_transfer import TransferEngine  # noqa: E402
 from engine_s3 import S3Engine  # noqa: E402
 from engine_workspace import CaptureEngine, ServeEngine  # noqa: E402
 from soakkit import ROOT, Ctx, SoakFailure, stow_bin  # noqa: E402
 
-ENGINE_NAMES = ["s3", "capture", "rewind", "serve", "transfer"]
+ENGINE_NAMES = ["s3", "capture", "rewind", "serve", "transfer", "mcp"]
 
 
 def harness_paths():
@@ -269,8 +272,25 @@ class PowerTransfer(TransferEngine):
         self.disk.cut(rng)
 
 
+class PowerMcp(McpEngine):
+    """engine mcp (`stow-s3 mcp`, object profile: keyed and guarded saves
+    through the official SDK) with its store on the mount; the power is cut
+    once the killed server has ended, then every request key is resolved
+    and the store checked. The server's stderr log is kept off the mount
+    (the driver holds it open across cuts)."""
+
+    def __init__(self, ctx, bin_, disk: Disk):
+        super().__init__(ctx, bin_, disk.mnt)
+        self.disk = disk
+        self.errlog.close()
+        self.errlog = open(disk.backing.parent / "mcp-stderr.log", "a")
+
+    def after_kill(self, rng):
+        self.disk.cut(rng)
+
+
 ENGINES = {"s3": PowerS3, "capture": PowerCapture, "rewind": PowerRewind, "serve": PowerServe,
-           "transfer": PowerTransfer}
+           "transfer": PowerTransfer, "mcp": PowerMcp}
 
 
 def run_engine(name: str, cuts: int, seed: int, *, workdir=None, keep=False, fault=None, log=print) -> dict:
@@ -301,6 +321,8 @@ def run_engine(name: str, cuts: int, seed: int, *, workdir=None, keep=False, fau
             if (i + 1) % 25 == 0 and i + 1 < cuts:
                 log(f"POWERLOSS engine={name} seed={seed} cut {i + 1}/{cuts} "
                     f"({time.monotonic() - t0:.0f}s) {dict(sorted(ctx.stats.items()))}")
+        if hasattr(eng, "finish"):
+            eng.finish()  # judges what the last cycle left (as the soak does)
         ok = True
     except SoakFailure as e:
         log(str(e).replace("python3 tests/soak/soak.py --engine powerloss-",

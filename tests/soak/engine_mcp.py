@@ -67,6 +67,7 @@ class McpEngine:
     def cycle(self):
         ctx = self.ctx
         asyncio.run(self.victim())
+        self.after_kill(ctx.rng("after-kill"))
         usage = check_store(ctx, self.bin, self.objs)
         self.usage = usage
         if (ctx.cycle + 1) % RETIRE_EVERY == 0:
@@ -76,6 +77,10 @@ class McpEngine:
     def finish(self):
         asyncio.run(self.judge_only())
         self.retire()
+
+    def after_kill(self, rng):
+        """Called once the killed server has ended, before anything is
+        judged (the power-loss driver cuts the power here)."""
 
     async def judge_only(self):
         params, _ = self.params()
