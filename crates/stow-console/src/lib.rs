@@ -21,12 +21,9 @@
 pub mod api;
 pub mod assets;
 pub mod error;
-pub mod objects;
 pub mod presign;
-pub mod preview;
 pub mod session;
 pub mod textdiff;
-pub mod uploads;
 pub mod workspace;
 
 use std::future::Future;

@@ -41,7 +41,11 @@ use stow_s3_http::StowS3;
 use crate::error::ConsoleError;
 use crate::session::{self, KeyPair, Sessions};
 use crate::workspace::{RewindBody, WorkspacePages};
-use crate::{json, objects, uploads, Body, ConsoleConfig};
+use crate::{json, Body, ConsoleConfig};
+
+pub mod objects;
+pub mod preview;
+pub mod uploads;
 
 /// Largest JSON request body (a delete of 1,000 long keys fits).
 const JSON_LIMIT: usize = 1024 * 1024;

@@ -12,9 +12,9 @@ use hyper::body::Incoming;
 use s3s::dto::*;
 use s3s::S3;
 
-use crate::api::{body_length, param, read_json, State};
+use super::objects::string_field;
+use super::{body_length, param, read_json, State};
 use crate::error::ConsoleError;
-use crate::objects::string_field;
 use crate::{json, Body};
 
 /// S3's part-number limit.

@@ -14,10 +14,11 @@ use hyper::body::Incoming;
 use s3s::dto::*;
 use s3s::S3;
 
-use crate::api::{param, read_json, timestamp, State};
+use super::preview;
+use super::{param, read_json, timestamp, State};
 use crate::error::ConsoleError;
 use crate::presign::{self, PresignRequest};
-use crate::{json, preview, Body};
+use crate::{json, Body};
 
 /// Most keys one `delete` may name (DeleteObjects' own limit).
 pub const MAX_DELETE_KEYS: usize = 1000;

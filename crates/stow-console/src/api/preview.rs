@@ -15,7 +15,7 @@ use http_body_util::{BodyExt as _, Limited};
 use s3s::dto::*;
 use s3s::S3;
 
-use crate::api::{param, State};
+use super::{param, State};
 use crate::error::ConsoleError;
 use crate::Body;
 
