@@ -228,7 +228,7 @@ impl Handler {
         let req = match form {
             Some((boundary, bucket)) => match post::prepare(req, &bucket, &boundary).await {
                 Ok(req) => req,
-                Err(e) => return xml_error(e),
+                Err(e) => return xml_error(errors::post_refusal(e)),
             },
             None => req.map(Body::from),
         };

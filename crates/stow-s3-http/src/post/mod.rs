@@ -29,9 +29,8 @@ use http_body_util::{BodyExt, BodyStream, StreamBody};
 use hyper::body::{Frame, Incoming};
 use s3s::dto::{ChecksumAlgorithm, PutObjectInput, Tagging};
 use s3s::post_policy::PostPolicy;
-use s3s::{s3_error, S3Error, S3Result};
+use s3s::{s3_error, S3Result};
 
-use crate::errors::post_refusal;
 use crate::respond::Body;
 
 /// The most bytes the fields before the file may take.
@@ -141,26 +140,27 @@ pub(crate) fn boundary<B>(req: &Request<B>) -> Option<String> {
 
 /// Reads and checks a POST form's fields (see the module's header) and
 /// gives back the request for `s3s`, its body the same form with the key
-/// substituted and the checksum fields taken out.
+/// substituted and the checksum fields taken out; a refusal is a
+/// [`PostError`], which `errors::post_refusal` answers on the wire.
 pub(crate) async fn prepare(
     req: Request<Incoming>,
     bucket: &str,
     boundary: &str,
-) -> Result<Request<Body>, S3Error> {
+) -> Result<Request<Body>, PostError> {
     let (mut parts, mut incoming) = req.into_parts();
     let mut buf = Vec::new();
     let mut form = loop {
-        if let Some(form) = form::parse(&buf, boundary).map_err(post_refusal)? {
+        if let Some(form) = form::parse(&buf, boundary)? {
             break form;
         }
         if buf.len() > MAX_FIELDS_BYTES {
-            return Err(post_refusal(PostError::Malformed(
+            return Err(PostError::Malformed(
                 "the fields before the file are larger than 1 MiB",
-            )));
+            ));
         }
         match incoming.frame().await {
-            None => return Err(post_refusal(PostError::NoFile)),
-            Some(Err(e)) => return Err(post_refusal(PostError::Body(e.to_string()))),
+            None => return Err(PostError::NoFile),
+            Some(Err(e)) => return Err(PostError::Body(e.to_string())),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     buf.extend_from_slice(&data);
@@ -168,7 +168,7 @@ pub(crate) async fn prepare(
             }
         }
     };
-    let policy = check(&mut form, bucket).map_err(post_refusal)?;
+    let policy = check(&mut form, bucket)?;
     let sums = form
         .fields
         .iter()
