@@ -101,7 +101,7 @@ dist-test:
 # once fixed, is copied into fuzz/corpus/<target>: `make test` replays the
 # corpus (crates/stow-workspace/tests/fuzz_corpus.rs). FUZZ_TARGETS picks.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= tree_node stat_cache manifest_document archive_preview archive_import delta_document task_manifest handoff_document mcp_line mcp_tool_args s3_headers
+FUZZ_TARGETS ?= tree_node stat_cache manifest_document archive_preview archive_import delta_document task_manifest handoff_document mcp_line mcp_tool_args s3_headers post_form
 
 fuzz:
 	cd fuzz && for t in $(FUZZ_TARGETS); do \

@@ -32,6 +32,7 @@ mod s3;
 /// Entry points for the fuzzer (`fuzz/`) and its corpus replay. Not an API.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::post::fuzzing::post_form;
     pub use crate::s3::fuzzing::request_headers;
 }
 

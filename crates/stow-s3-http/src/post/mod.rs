@@ -21,6 +21,7 @@
 //! `success_action_redirect` location, as S3 writes them.
 
 mod form;
+pub(crate) mod fuzzing;
 mod policy;
 
 use bytes::Bytes;
