@@ -135,54 +135,143 @@ pub(crate) fn reused_nodes(
 }
 
 /// [`build`] with each directory's reusable node given by slot (see
-/// [`reused_nodes`]).
+/// [`reused_nodes`]). Directories are built deepest first, a depth at a
+/// time: the directories of one depth need only the nodes of deeper ones,
+/// so a large depth is shared between worker threads.
 pub(crate) fn build_reusing(
     scan: &Scan,
     digests: &[[u8; 32]],
     props: Option<&HashMap<String, FileProps>>,
     reused: Vec<Option<[u8; 32]>>,
 ) -> Result<BuiltTree> {
-    // Slot 0 is the root, slot i + 1 is `scan.dirs[i]`.
-    let dir_path = |s: usize| {
-        if s == 0 {
-            ""
-        } else {
-            scan.dirs[s - 1].path.as_str()
-        }
-    };
     if reused.len() != scan.dirs.len() + 1 {
         return Err(WsError::InvalidRequest(
             "reused nodes do not match the scan's directories".into(),
         ));
     }
-    // Only directories whose node is built need their members, found by
-    // binary search in the scan's sorted lists: a capture after a few
-    // changes looks at the directories on their paths, not the tree.
-    let members_of = |s: usize| Members {
-        files: direct_members(&scan.files, |f| &f.path, dir_path(s)),
-        dirs: direct_members(&scan.dirs, |d| &d.path, dir_path(s)),
-        links: direct_members(&scan.links, |l| &l.path, dir_path(s)),
-        skipped: direct_members(&scan.skipped, |k| &k.path, dir_path(s)),
+    let encoder = NodeEncoder {
+        scan,
+        digests,
+        props,
     };
+    // Slot 0 is the root, slot i + 1 is `scan.dirs[i]`; the slots to
+    // build, by depth.
+    let mut levels: Vec<Vec<usize>> = Vec::new();
+    for (s, r) in reused.iter().enumerate() {
+        if r.is_none() {
+            let depth = encoder.dir_path(s).split('/').count() - usize::from(s == 0);
+            if levels.len() <= depth {
+                levels.resize_with(depth + 1, Vec::new);
+            }
+            levels[depth].push(s);
+        }
+    }
+    let all_built = reused.iter().all(Option::is_none);
+    let mut shas = reused;
     let mut placed = [0usize; 4];
-    let mut shas: Vec<Option<[u8; 32]>> = vec![None; scan.dirs.len() + 1];
     let mut nodes: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     let mut seen: std::collections::HashSet<[u8; 32]> = std::collections::HashSet::new();
-    // In reverse path order every directory comes after its descendants
-    // (they extend its path), so children's digests are known first.
-    let order = (1..=scan.dirs.len()).rev().chain(std::iter::once(0));
-    for s in order {
-        if let Some(sha) = reused[s] {
+    for level in levels.iter().rev() {
+        for built in encoder.level(level, &shas)? {
+            let (s, sha, out, counts) = built;
             shas[s] = Some(sha);
-            continue;
+            for (n, c) in placed.iter_mut().zip(counts) {
+                *n += c;
+            }
+            if seen.insert(sha) {
+                nodes.push((sha, out));
+            }
         }
-        let m = &members_of(s);
-        for (n, list) in placed
-            .iter_mut()
-            .zip([&m.files, &m.dirs, &m.links, &m.skipped])
-        {
-            *n += list.len();
+    }
+    // Built whole, every entry must have found its directory.
+    let lengths = [
+        scan.files.len(),
+        scan.dirs.len(),
+        scan.links.len(),
+        scan.skipped.len(),
+    ];
+    if all_built && placed != lengths {
+        return Err(WsError::InvalidRequest(format!(
+            "the scan holds entries outside its directories ({placed:?} of {lengths:?} placed)"
+        )));
+    }
+    let dir_shas: Vec<[u8; 32]> = shas.into_iter().flatten().collect();
+    let root = *dir_shas
+        .first()
+        .filter(|_| dir_shas.len() == scan.dirs.len() + 1)
+        .ok_or_else(|| WsError::InvalidRequest("a tree node is missing".into()))?;
+    Ok(BuiltTree {
+        root,
+        nodes,
+        dir_shas,
+    })
+}
+
+/// One built directory: its slot, node digest, encoded node, and how many
+/// files, directories, links and skipped entries it placed.
+type BuiltNode = (usize, [u8; 32], Vec<u8>, [usize; 4]);
+
+/// Encodes the nodes of one scan.
+struct NodeEncoder<'a> {
+    scan: &'a Scan,
+    digests: &'a [[u8; 32]],
+    props: Option<&'a HashMap<String, FileProps>>,
+}
+
+impl NodeEncoder<'_> {
+    /// Fewest directories of one depth worth a second thread.
+    const PARALLEL_FROM: usize = 64;
+
+    fn dir_path(&self, s: usize) -> &str {
+        if s == 0 {
+            ""
+        } else {
+            self.scan.dirs[s - 1].path.as_str()
         }
+    }
+
+    /// The nodes of the directories `slots` (all of one depth), given the
+    /// nodes of every deeper directory in `shas`; in `slots`' order.
+    fn level(&self, slots: &[usize], shas: &[Option<[u8; 32]>]) -> Result<Vec<BuiltNode>> {
+        let threads = crate::parallel::worker_threads(slots.len() / Self::PARALLEL_FROM + 1);
+        if threads <= 1 {
+            return slots.iter().map(|&s| self.node(s, shas)).collect();
+        }
+        let chunk = slots.len().div_ceil(threads);
+        let parts: Vec<Result<Vec<BuiltNode>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = slots
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || part.iter().map(|&s| self.node(s, shas)).collect()))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        Err(WsError::InvalidRequest("a node worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let mut out = Vec::with_capacity(slots.len());
+        for part in parts {
+            out.extend(part?);
+        }
+        Ok(out)
+    }
+
+    /// The node of directory slot `s`. Only directories whose node is
+    /// built need their members, found by binary search in the scan's
+    /// sorted lists: a capture after a few changes looks at the
+    /// directories on their paths, not the tree.
+    fn node(&self, s: usize, shas: &[Option<[u8; 32]>]) -> Result<BuiltNode> {
+        let scan = self.scan;
+        let dir = self.dir_path(s);
+        let m = Members {
+            files: direct_members(&scan.files, |f| &f.path, dir),
+            dirs: direct_members(&scan.dirs, |d| &d.path, dir),
+            links: direct_members(&scan.links, |l| &l.path, dir),
+            skipped: direct_members(&scan.skipped, |k| &k.path, dir),
+        };
         let mut out = Vec::with_capacity(64 + m.files.len() * 80);
         out.extend_from_slice(MAGIC);
         put_u32(&mut out, m.files.len());
@@ -191,18 +280,19 @@ pub(crate) fn build_reusing(
             put_str(&mut out, split_parent(&f.path).1);
             out.extend_from_slice(&f.size.to_le_bytes());
             out.extend_from_slice(&f.mode.to_le_bytes());
-            let sha = digests
+            let sha = self
+                .digests
                 .get(i)
                 .ok_or_else(|| WsError::InvalidRequest(format!("{}: no digest", f.path)))?;
             out.extend_from_slice(sha);
-            put_props(&mut out, props.and_then(|p| p.get(&*f.path)));
+            put_props(&mut out, self.props.and_then(|p| p.get(&*f.path)));
         }
         put_u32(&mut out, m.dirs.len());
         for &i in &m.dirs {
             let d = &scan.dirs[i];
             put_str(&mut out, split_parent(&d.path).1);
             out.extend_from_slice(&d.mode.to_le_bytes());
-            let child = shas[i + 1].ok_or_else(|| {
+            let child = shas.get(i + 1).copied().flatten().ok_or_else(|| {
                 WsError::InvalidRequest(format!("{}: node built out of order", d.path))
             })?;
             out.extend_from_slice(&child);
@@ -220,33 +310,9 @@ pub(crate) fn build_reusing(
             put_str(&mut out, &k.reason);
         }
         let sha: [u8; 32] = Sha256::digest(&out).into();
-        shas[s] = Some(sha);
-        if seen.insert(sha) {
-            nodes.push((sha, out));
-        }
+        let counts = [m.files.len(), m.dirs.len(), m.links.len(), m.skipped.len()];
+        Ok((s, sha, out, counts))
     }
-    // Built whole, every entry must have found its directory.
-    let lengths = [
-        scan.files.len(),
-        scan.dirs.len(),
-        scan.links.len(),
-        scan.skipped.len(),
-    ];
-    if reused.iter().all(Option::is_none) && placed != lengths {
-        return Err(WsError::InvalidRequest(format!(
-            "the scan holds entries outside its directories ({placed:?} of {lengths:?} placed)"
-        )));
-    }
-    let dir_shas: Vec<[u8; 32]> = shas.into_iter().flatten().collect();
-    let root = *dir_shas
-        .first()
-        .filter(|_| dir_shas.len() == scan.dirs.len() + 1)
-        .ok_or_else(|| WsError::InvalidRequest("a tree node is missing".into()))?;
-    Ok(BuiltTree {
-        root,
-        nodes,
-        dir_shas,
-    })
 }
 
 fn put_u32(out: &mut Vec<u8>, n: usize) {
@@ -688,6 +754,70 @@ mod tests {
             ..Scan::default()
         };
         assert_eq!(build(&twin, &[], None, &|_| None).unwrap().nodes.len(), 2);
+    }
+
+    /// A wide tree (its deepest level shared between threads) builds the
+    /// same nodes as one directory at a time in reverse path order, and
+    /// the same again when every deepest node is given as reused.
+    #[test]
+    fn a_wide_tree_builds_as_one_directory_at_a_time_does() {
+        let mut dirs = Vec::new();
+        let mut files = Vec::new();
+        for top in 0..10 {
+            dirs.push(format!("t{top}"));
+            for sub in 0..30 {
+                dirs.push(format!("t{top}/s{sub:02}"));
+                for f in 0..2 {
+                    files.push(Scanned::for_test(
+                        &format!("t{top}/s{sub:02}/f{f}"),
+                        sub + f,
+                    ));
+                }
+            }
+        }
+        dirs.sort();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let scan = Scan {
+            files,
+            dirs: dirs
+                .iter()
+                .map(|p| DirectoryEntry {
+                    path: p.clone(),
+                    mode: 0o755,
+                })
+                .collect(),
+            ..Scan::default()
+        };
+        let digests: Vec<[u8; 32]> = (0..scan.files.len()).map(|i| [(i % 7) as u8; 32]).collect();
+        let built = build(&scan, &digests, None, &|_| None).unwrap();
+        // The reference: one directory at a time, children first.
+        let encoder = NodeEncoder {
+            scan: &scan,
+            digests: &digests,
+            props: None,
+        };
+        let mut shas = vec![None; scan.dirs.len() + 1];
+        for s in (1..=scan.dirs.len()).rev().chain(std::iter::once(0)) {
+            shas[s] = Some(encoder.node(s, &shas).unwrap().1);
+        }
+        let want: Vec<[u8; 32]> = shas.into_iter().flatten().collect();
+        assert_eq!(built.dir_shas, want);
+        assert_eq!(built.root, want[0]);
+        // 300 directories of two files with digests from a short cycle:
+        // fewer distinct nodes than directories, each kept once.
+        let distinct: std::collections::HashSet<_> = want.iter().collect();
+        assert_eq!(built.nodes.len(), distinct.len());
+        let deepest = |p: &str| p.matches('/').count() == 1;
+        let reused: Vec<Option<[u8; 32]>> = std::iter::once(None)
+            .chain(
+                scan.dirs
+                    .iter()
+                    .zip(&want[1..])
+                    .map(|(d, sha)| deepest(&d.path).then_some(*sha)),
+            )
+            .collect();
+        let again = build_reusing(&scan, &digests, None, reused).unwrap();
+        assert_eq!(again.dir_shas, want);
     }
 
     #[test]
