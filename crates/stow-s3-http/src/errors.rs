@@ -43,7 +43,10 @@ pub fn to_s3(e: StoreError) -> S3Error {
         | E::InvalidArgument { .. }
         | E::InvalidPartNumber(_) => S3ErrorCode::InvalidArgument,
         E::InvalidCors { .. } => S3ErrorCode::InvalidRequest,
-        E::MalformedCors { .. } => S3ErrorCode::MalformedXML,
+        E::MalformedCors { .. } | E::MalformedLockConfiguration { .. } => S3ErrorCode::MalformedXML,
+        E::ObjectLockNotEnabled => S3ErrorCode::InvalidRequest,
+        E::InvalidBucketState { .. } => S3ErrorCode::InvalidBucketState,
+        E::ObjectLocked { .. } => S3ErrorCode::AccessDenied,
         E::PreconditionFailed { .. } => S3ErrorCode::PreconditionFailed,
         E::Conflict => S3ErrorCode::ConditionalRequestConflict,
         E::InvalidRange { .. } => S3ErrorCode::InvalidRange,
@@ -261,6 +264,26 @@ mod tests {
                 E::InvalidPartNumber(0),
                 C::InvalidArgument,
                 StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::MalformedLockConfiguration { reason: "r".into() },
+                C::MalformedXML,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::ObjectLockNotEnabled,
+                C::InvalidRequest,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidBucketState { reason: "r".into() },
+                C::InvalidBucketState,
+                StatusCode::CONFLICT,
+            ),
+            (
+                E::ObjectLocked { reason: "r".into() },
+                C::AccessDenied,
+                StatusCode::FORBIDDEN,
             ),
             (
                 E::PreconditionFailed { reason: "r" },

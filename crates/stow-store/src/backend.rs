@@ -164,6 +164,77 @@ pub trait ObjectBackend: Send + Sync + 'static {
             ),
         })
     }
+    /// Creates a bucket with object lock (and versioning) enabled; `false`
+    /// when it already existed. Backends that keep no versions refuse with
+    /// `not_implemented`.
+    fn create_bucket_with_lock(&self, name: &str, acl: CannedAcl) -> Result<bool> {
+        let _ = (name, acl);
+        Err(no_lock(self.backend_name()))
+    }
+    /// A bucket's object lock configuration (`None`: object lock is not
+    /// enabled; always so where no versions are kept).
+    fn bucket_object_lock(&self, bucket: &str) -> Result<Option<crate::LockConfig>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Replaces a bucket's object lock configuration. Backends without
+    /// object lock refuse with `not_implemented`.
+    fn set_bucket_object_lock(&self, bucket: &str, config: crate::LockConfig) -> Result<()> {
+        let _ = config;
+        self.head_bucket(bucket)?;
+        Err(no_lock(self.backend_name()))
+    }
+    /// A version's object lock (retention, legal hold). Backends without
+    /// object lock refuse with `not_implemented`.
+    fn object_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<crate::ObjectLock> {
+        self.head_object_version(bucket, key, version)?;
+        Err(no_lock(self.backend_name()))
+    }
+    /// Sets or removes a version's retention (see
+    /// `Store::set_object_retention`). Backends without object lock refuse
+    /// with `not_implemented`.
+    fn set_object_retention(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        retention: Option<crate::Retention>,
+        bypass_governance: bool,
+    ) -> Result<ObjectMeta> {
+        let _ = (retention, bypass_governance);
+        self.head_object_version(bucket, key, version)?;
+        Err(no_lock(self.backend_name()))
+    }
+    /// Puts a legal hold on a version or takes it off. Backends without
+    /// object lock refuse with `not_implemented`.
+    fn set_object_legal_hold(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        on: bool,
+    ) -> Result<ObjectMeta> {
+        let _ = on;
+        self.head_object_version(bucket, key, version)?;
+        Err(no_lock(self.backend_name()))
+    }
+    /// [`ObjectBackend::delete_object_version`], where GOVERNANCE retention
+    /// yields to `bypass_governance` (backends without object lock ignore
+    /// it: nothing of theirs is locked).
+    fn delete_object_version_bypassing(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<Deleted> {
+        let _ = bypass_governance;
+        self.delete_object_version(bucket, key, version)
+    }
     /// Describes a version of an object (`None`: the latest; `"null"`: the
     /// null version). Without versions, only the null version exists.
     fn head_object_version(
@@ -315,6 +386,13 @@ fn only_null(bucket: &str, key: &str, version: Option<&str>) -> Result<()> {
     }
 }
 
+/// The refusal of object lock by a backend that keeps no versions.
+fn no_lock(backend: &str) -> crate::StoreError {
+    crate::StoreError::NotImplemented {
+        reason: format!("{backend} keeps no object versions, so it has no object lock"),
+    }
+}
+
 /// Refuses a canned ACL other than `private` on a backend that keeps none.
 fn refuse_acl(backend: &str, acl: CannedAcl) -> Result<()> {
     if acl.is_private() {
@@ -431,6 +509,51 @@ impl ObjectBackend for Store {
     }
     fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
         Store::set_bucket_versioning(self, bucket, state)
+    }
+    fn create_bucket_with_lock(&self, name: &str, acl: CannedAcl) -> Result<bool> {
+        Store::create_bucket_with_lock(self, name, acl)
+    }
+    fn bucket_object_lock(&self, bucket: &str) -> Result<Option<crate::LockConfig>> {
+        Store::bucket_object_lock(self, bucket)
+    }
+    fn set_bucket_object_lock(&self, bucket: &str, config: crate::LockConfig) -> Result<()> {
+        Store::set_bucket_object_lock(self, bucket, config)
+    }
+    fn object_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<crate::ObjectLock> {
+        Store::object_lock(self, bucket, key, version)
+    }
+    fn set_object_retention(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        retention: Option<crate::Retention>,
+        bypass_governance: bool,
+    ) -> Result<ObjectMeta> {
+        Store::set_object_retention(self, bucket, key, version, retention, bypass_governance)
+    }
+    fn set_object_legal_hold(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        on: bool,
+    ) -> Result<ObjectMeta> {
+        Store::set_object_legal_hold(self, bucket, key, version, on)
+    }
+    fn delete_object_version_bypassing(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<Deleted> {
+        Store::delete_object_version_bypassing(self, bucket, key, version, bypass_governance)
     }
     fn head_object_version(
         &self,

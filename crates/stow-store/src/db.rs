@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS usage (
 INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
-    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT);
+    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT, object_lock TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -81,8 +81,11 @@ COMMIT;
 /// suspended), `objects.vid` and `objects.seq` (the current version's ID,
 /// NULL = the null version, and its place among the key's versions) and
 /// the `versions` table (every other version and every delete marker); 3
-/// added `buckets.cors` (the bucket's CORS rules as JSON, NULL = none).
-const SCHEMA_VERSION: i64 = 3;
+/// added `buckets.cors` (the bucket's CORS rules as JSON, NULL = none); 4
+/// added `buckets.object_lock` (the bucket's object lock configuration as
+/// JSON, NULL = object lock not enabled; a version's retention and legal
+/// hold live in its `props`, so no other column was needed).
+const SCHEMA_VERSION: i64 = 4;
 
 /// Columns a version of the schema added to a table that existed before
 /// it: `(table, column, definition)`.
@@ -92,6 +95,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("objects", "vid", "TEXT"),
     ("objects", "seq", "INTEGER NOT NULL DEFAULT 0"),
     ("buckets", "cors", "TEXT"),
+    ("buckets", "object_lock", "TEXT"),
 ];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
@@ -99,7 +103,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 /// come from [`SCHEMA`] (`IF NOT EXISTS`); columns added to old tables are
 /// added here, each only when missing (a fresh table was created with it).
 /// Every added column reads as the old behaviour: private, unversioned,
-/// the null version, no CORS rules.
+/// the null version, no CORS rules, no object lock.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

@@ -41,6 +41,24 @@ pub enum StoreError {
     /// origin or a method.
     #[error("malformed CORS configuration: {reason}")]
     MalformedCors { reason: String },
+    /// An object lock configuration is malformed (S3: not `Enabled`, a
+    /// rule without a retention, a mode S3 does not know, both days and
+    /// years or neither).
+    #[error("malformed object lock configuration: {reason}")]
+    MalformedLockConfiguration { reason: String },
+    /// Retention or a legal hold was asked of a bucket created without
+    /// object lock.
+    #[error("Bucket is missing Object Lock Configuration")]
+    ObjectLockNotEnabled,
+    /// The bucket is in a state that refuses the change (object lock on a
+    /// bucket created without it, suspending a bucket with object lock).
+    #[error("{reason}")]
+    InvalidBucketState { reason: String },
+    /// A version is under retention or a legal hold: it cannot be deleted,
+    /// nor its retention shortened or removed (GOVERNANCE without the
+    /// bypass, COMPLIANCE ever).
+    #[error("Access Denied because object protected by object lock: {reason}")]
+    ObjectLocked { reason: String },
     #[error("bucket {bucket} does not exist")]
     NoSuchBucket { bucket: String },
     #[error("object {key:?} does not exist in bucket {bucket}")]
@@ -151,6 +169,10 @@ impl StoreError {
             InvalidArgument { .. } => "invalid_argument",
             InvalidCors { .. } => "invalid_cors",
             MalformedCors { .. } => "malformed_cors",
+            MalformedLockConfiguration { .. } => "malformed_lock_configuration",
+            ObjectLockNotEnabled => "object_lock_not_enabled",
+            InvalidBucketState { .. } => "invalid_bucket_state",
+            ObjectLocked { .. } => "object_locked",
             NoSuchBucket { .. } => "no_such_bucket",
             NoSuchKey { .. } | KeyDeleted { .. } => "no_such_key",
             NoSuchVersion { .. } => "no_such_version",

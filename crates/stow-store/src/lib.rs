@@ -29,6 +29,8 @@ mod guarded;
 mod integrity;
 mod joined;
 mod list;
+mod lock;
+mod locked;
 mod model;
 mod record;
 mod store;
@@ -44,6 +46,10 @@ pub use error::{io_is_no_space, Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use joined::{JoinTicket, Joined, JoinedUpload};
 pub use list::page_of_sorted;
+pub use lock::{
+    validate_lock_config, DefaultRetention, LockConfig, LockConfigFields, LockMode, ObjectLock,
+    Retention, RetentionPeriod, RuleFields,
+};
 pub use model::*;
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, ResetReport, Store, LOCK_FILE,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::checksum::{Checksum, ChecksumAlgorithm, ChecksumType};
+use crate::lock::ObjectLock;
 
 /// Caller-controlled properties of an object, fixed at write time.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +33,11 @@ pub struct ObjectProps {
     /// written, so records from before ACLs read as private.
     #[serde(default, skip_serializing_if = "CannedAcl::is_private")]
     pub acl: CannedAcl,
+    /// The version's object lock (retention, legal hold). On a write, what
+    /// the request asked for; an empty one takes the bucket's default
+    /// retention. Changed only through the store's object lock calls.
+    #[serde(default, skip_serializing_if = "ObjectLock::is_empty")]
+    pub lock: ObjectLock,
 }
 
 /// A canned ACL (S3's `x-amz-acl` values that grant beyond the owner),
@@ -173,6 +179,9 @@ pub struct CopyOptions {
     /// The source's version to copy (`"null"` for the null version);
     /// `None` copies the latest.
     pub source_version: Option<String>,
+    /// The copy's object lock: never the source's (as in S3); empty takes
+    /// the destination bucket's default retention.
+    pub lock: ObjectLock,
 }
 
 /// HTTP-style conditions on a read (or a copy source).

@@ -28,6 +28,13 @@ impl Store {
         let bucket = bucket.to_string();
         self.inner.db.write(move |conn, _| {
             let b = versions::bucket(conn, &bucket)?;
+            if state == Versioning::Suspended && b.lock.is_some() {
+                return Err(StoreError::InvalidBucketState {
+                    reason: "An Object Lock configuration is present on this bucket, so the \
+                             versioning state cannot be changed."
+                        .into(),
+                });
+            }
             if state == Versioning::Unversioned {
                 if b.state != Versioning::Unversioned {
                     return Err(StoreError::InvalidArgument {
@@ -87,6 +94,21 @@ impl Store {
         key: &str,
         version: Option<&str>,
     ) -> Result<Deleted> {
+        self.delete_object_version_bypassing(bucket, key, version, false)
+    }
+
+    /// [`Store::delete_object_version`], where a version under object lock
+    /// is refused with `object_locked` unless its retention is GOVERNANCE
+    /// and `bypass_governance` is set (a legal hold or COMPLIANCE
+    /// retention in force always refuses). A delete without a version ID
+    /// only adds a delete marker and is never refused.
+    pub fn delete_object_version_bypassing(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        bypass_governance: bool,
+    ) -> Result<Deleted> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
         let version = version.map(VersionRef::parse).transpose()?;
@@ -97,7 +119,9 @@ impl Store {
                 let b = versions::bucket(conn, &bucket)?;
                 match &version {
                     None => versions::delete_latest(conn, fx, &quota, b, &key),
-                    Some(v) => versions::delete_version(conn, fx, &quota, b, &key, v),
+                    Some(v) => {
+                        versions::delete_version(conn, fx, &quota, b, &key, v, bypass_governance)
+                    }
                 }
             })
         })

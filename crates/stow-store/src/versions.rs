@@ -20,31 +20,35 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::db::Effects;
 use crate::error::{Result, StoreError};
+use crate::lock::{self, LockConfig};
 use crate::model::{Deleted, ObjectMeta, Versioning};
 use crate::record::{self, Quota, RawRecord, Record, StoredProps};
 
 /// S3's name of the null version.
 pub(crate) const NULL: &str = "null";
 
-/// A bucket as a write sees it: its row id and versioning state.
+/// A bucket as a write sees it: its row id, versioning state and object
+/// lock configuration (`None`: created without object lock).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bucket {
     pub id: i64,
     pub state: Versioning,
+    pub lock: Option<LockConfig>,
 }
 
 /// Looks a bucket up with its versioning state, or `no_such_bucket`.
 pub(crate) fn bucket(conn: &Connection, name: &str) -> Result<Bucket> {
-    let row: Option<(i64, i64)> = conn
-        .prepare_cached("SELECT id, versioning FROM buckets WHERE name = ?1")?
-        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+    let row: Option<(i64, i64, Option<String>)> = conn
+        .prepare_cached("SELECT id, versioning, object_lock FROM buckets WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
-    let (id, v) = row.ok_or_else(|| StoreError::NoSuchBucket {
+    let (id, v, lock) = row.ok_or_else(|| StoreError::NoSuchBucket {
         bucket: name.to_string(),
     })?;
     let state = Versioning::from_column(v)
         .ok_or_else(|| StoreError::Corrupt(format!("bucket {name} has versioning state {v}")))?;
-    Ok(Bucket { id, state })
+    let lock = lock::from_column(name, lock)?;
+    Ok(Bucket { id, state, lock })
 }
 
 /// A version named by a client.
@@ -263,6 +267,7 @@ pub(crate) fn install(
     rec: &mut Record,
 ) -> Result<()> {
     let size = rec.size as i64;
+    lock::on_write(b.lock, &mut rec.props.props.lock, record::now_ns())?;
     match b.state {
         Versioning::Unversioned => {
             let old_size = old.as_ref().map_or(0, |o| o.size as i64);
@@ -360,7 +365,9 @@ pub(crate) fn delete_latest(
 /// Deletes one version (or delete marker) by its ID, for good. When the
 /// current version goes, the newest remaining one becomes current (a
 /// delete marker stays where it is: the key then reads as deleted). A
-/// version that is not there deletes nothing (`existed: false`).
+/// version that is not there deletes nothing (`existed: false`). A version
+/// under object lock is `object_locked` (GOVERNANCE retention yields to
+/// `bypass_governance`), checked here, in the deleting transaction.
 pub(crate) fn delete_version(
     conn: &Connection,
     fx: &mut Effects,
@@ -368,10 +375,23 @@ pub(crate) fn delete_version(
     b: Bucket,
     key: &str,
     v: &VersionRef,
+    bypass_governance: bool,
 ) -> Result<Deleted> {
     let spelled_id = (b.state != Versioning::Unversioned).then(|| v.as_str().to_string());
     let current = record::load_record(conn, b.id, key)?;
+    let refuse = |rec: &Record| match rec
+        .props
+        .props
+        .lock
+        .refusal(record::now_ns(), bypass_governance)
+    {
+        Some(reason) => Err(StoreError::ObjectLocked {
+            reason: reason.to_string(),
+        }),
+        None => Ok(()),
+    };
     if let Some(cur) = current.as_ref().filter(|c| v.names(c.vid.as_deref())) {
+        refuse(cur)?;
         record::delete_record(conn, b.id, key)?;
         record::release(conn, fx, &cur.extents)?;
         record::charge(conn, quota, -(cur.size as i64), -1)?;
@@ -388,6 +408,7 @@ pub(crate) fn delete_version(
             ..Deleted::default()
         });
     };
+    refuse(&old.rec)?;
     delete_version_row(conn, b.id, key, old.rec.seq)?;
     record::release(conn, fx, &old.rec.extents)?;
     if !old.marker {
@@ -415,6 +436,26 @@ fn promote(conn: &Connection, b: i64, key: &str) -> Result<()> {
     }
     delete_version_row(conn, b, key, top.rec.seq)?;
     record::store_record(conn, b, key, &top.rec)
+}
+
+/// Rewrites the properties of the version of `key` at `rec.seq`, the
+/// current row or a row of `versions` (bytes, blobs and usage unchanged).
+pub(crate) fn store_props(conn: &Connection, b: i64, key: &str, rec: &Record) -> Result<()> {
+    let props = serde_json::to_string(&rec.props)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
+    let args = params![b, key.as_bytes(), rec.seq, props];
+    let n = conn
+        .prepare_cached(
+            "UPDATE objects SET props = ?4 WHERE bucket = ?1 AND key = ?2 AND seq = ?3",
+        )?
+        .execute(args)?;
+    if n == 0 {
+        conn.prepare_cached(
+            "UPDATE versions SET props = ?4 WHERE bucket = ?1 AND key = ?2 AND seq = ?3",
+        )?
+        .execute(args)?;
+    }
+    Ok(())
 }
 
 /// What a read of `key` (at version `v`, or the latest) finds: the

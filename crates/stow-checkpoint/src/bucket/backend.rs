@@ -15,6 +15,20 @@ use super::files::{is_missing, sync_dir};
 use super::props::StampedProps;
 use super::{StoreResult, WorkspaceBucket};
 
+/// The view keeps no versions, so it has no object lock: a write asking
+/// for retention or a legal hold is refused (`not_implemented`), never
+/// silently stored unlocked.
+fn refuse_lock(lock: &stow_store::ObjectLock) -> StoreResult<()> {
+    if lock.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::NotImplemented {
+        reason: "the workspace bucket view keeps no object versions, so it has no object lock \
+                 (retention, legal hold)"
+            .into(),
+    })
+}
+
 impl WorkspaceBucket {
     /// The object now at a primary-bucket file key: the file, else a
     /// private-store object of that key.
@@ -131,6 +145,7 @@ impl ObjectBackend for WorkspaceBucket {
         body: &mut dyn Read,
         mut opts: PutOptions,
     ) -> StoreResult<ObjectMeta> {
+        refuse_lock(&opts.props.lock)?;
         if !self.writes_file(bucket, key)? {
             let _g = self.s3_write();
             return self.store.put_object(bucket, key, body, opts);
@@ -261,6 +276,7 @@ impl ObjectBackend for WorkspaceBucket {
         dst_key: &str,
         opts: CopyOptions,
     ) -> StoreResult<ObjectMeta> {
+        refuse_lock(&opts.lock)?;
         if let Some(v) = opts.source_version.as_deref().filter(|v| *v != "null") {
             // The view keeps no versions: only the null one exists.
             return Err(StoreError::NoSuchVersion {
@@ -310,6 +326,7 @@ impl ObjectBackend for WorkspaceBucket {
         key: &str,
         opts: CreateUploadOptions,
     ) -> StoreResult<UploadInfo> {
+        refuse_lock(&opts.props.lock)?;
         self.store.create_upload(bucket, key, opts)
     }
 

@@ -14,7 +14,15 @@ pub(super) async fn create_bucket(
     let acl = super::acl::canned(req.input.acl.as_ref().map(|a| a.as_str()))?;
     let store = svc.store.clone();
     let bucket = req.input.bucket.clone();
-    blocking(move || store.create_bucket_with_acl(&bucket, acl)).await?;
+    let locked = req.input.object_lock_enabled_for_bucket == Some(true);
+    blocking(move || {
+        if locked {
+            store.create_bucket_with_lock(&bucket, acl)
+        } else {
+            store.create_bucket_with_acl(&bucket, acl)
+        }
+    })
+    .await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", req.input.bucket)),
     }))

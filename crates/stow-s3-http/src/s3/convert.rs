@@ -345,6 +345,8 @@ macro_rules! props_of {
             expires: $input.expires.as_ref().map(format_http_date).transpose()?,
             tags: super::tagging::tags_of_header($input.tagging.as_deref())?,
             acl: super::acl::canned($input.acl.as_ref().map(|a| a.as_str()))?,
+            // Set by the caller from the x-amz-object-lock-* headers.
+            lock: Default::default(),
         }
     };
 }

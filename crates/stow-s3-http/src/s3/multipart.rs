@@ -37,11 +37,17 @@ pub(super) async fn create_multipart_upload(
         Some(Alg::Crc64nvme) => Some(store::ChecksumType::FullObject),
         _ => None,
     });
-    let opts = store::CreateUploadOptions {
+    let lock = super::lock::lock_of(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
+    let mut opts = store::CreateUploadOptions {
         props: props_of!(input),
         checksum_algorithm: alg,
         checksum_type: kind,
     };
+    opts.props.lock = lock;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let info = blocking(move || store.create_upload(&bucket, &key, opts)).await?;

@@ -88,6 +88,7 @@ pub(super) async fn get_object(
             format!("bytes {}-{}/{}", off, off + n - 1, meta.size)
         }
     });
+    let lock = super::lock::LockHeaders::of(&meta.props.lock);
     let mut resp = S3Response::new(GetObjectOutput {
         body: Some(body),
         accept_ranges: Some("bytes".into()),
@@ -95,6 +96,9 @@ pub(super) async fn get_object(
         content_range: content_range.clone(),
         parts_count: part.and(parts_count),
         tag_count: (!meta.props.tags.is_empty()).then_some(meta.props.tags.len() as i32),
+        object_lock_mode: lock.mode,
+        object_lock_retain_until_date: lock.until,
+        object_lock_legal_hold_status: lock.hold,
         ..object_output!(GetObjectOutput, meta, c)
     });
     resp.headers = metadata_raw_headers(&meta.props.metadata)?;
@@ -154,11 +158,15 @@ pub(super) async fn head_object(
         }
         None => ChecksumFields::default(),
     };
+    let lock = super::lock::LockHeaders::of(&meta.props.lock);
     let mut resp = S3Response::new(HeadObjectOutput {
         accept_ranges: Some("bytes".into()),
         content_length: Some(length as i64),
         content_range: content_range.clone(),
         parts_count,
+        object_lock_mode: lock.mode,
+        object_lock_retain_until_date: lock.until,
+        object_lock_legal_hold_status: lock.hold,
         ..object_output!(HeadObjectOutput, meta, c)
     });
     resp.headers = metadata_raw_headers(&meta.props.metadata)?;

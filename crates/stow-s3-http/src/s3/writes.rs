@@ -26,7 +26,12 @@ pub(super) async fn put_object(
     let form = form.is_some();
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
-    let opts = store::PutOptions {
+    let lock = super::lock::lock_of(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
+    let mut opts = store::PutOptions {
         props: props_of!(input),
         checksum_algorithm: declared.or(trailer),
         expected_checksums: supplied,
@@ -34,6 +39,7 @@ pub(super) async fn put_object(
         trailing_checksums: trailer.and(trailing_checksums),
         condition: write_condition(input.if_match, input.if_none_match)?,
     };
+    opts.props.lock = lock;
     let body = request_body(input.body, input.content_length).await;
     let (bucket, key) = (input.bucket, input.key);
     let meta = match body {
@@ -84,8 +90,11 @@ pub(super) async fn delete_object(
     let store = svc.store.clone();
     let input = req.input;
     let (bucket, key, version) = (input.bucket, input.key, input.version_id);
-    let deleted =
-        blocking(move || store.delete_object_version(&bucket, &key, version.as_deref())).await?;
+    let bypass = input.bypass_governance_retention.unwrap_or(false);
+    let deleted = blocking(move || {
+        store.delete_object_version_bypassing(&bucket, &key, version.as_deref(), bypass)
+    })
+    .await?;
     Ok(S3Response::with_status(
         DeleteObjectOutput {
             delete_marker: deleted.delete_marker.then_some(true),
@@ -111,13 +120,16 @@ pub(super) async fn delete_objects(
     }
     let store = svc.store.clone();
     let bucket = input.bucket;
+    let bypass = input.bypass_governance_retention.unwrap_or(false);
     let objects = input.delete.objects;
     let (deleted, errors) = blocking(move || {
         store.head_bucket(&bucket)?;
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in objects {
-            match store.delete_object_version(&bucket, &o.key, o.version_id.as_deref()) {
+            // A locked version is reported per key (AccessDenied).
+            let version = o.version_id.as_deref();
+            match store.delete_object_version_bypassing(&bucket, &o.key, version, bypass) {
                 Ok(d) => deleted.push(DeletedObject {
                     key: Some(o.key),
                     // The version asked for, echoed; a marker made or
@@ -156,6 +168,12 @@ pub(super) async fn copy_object(
     let input = req.input;
     // The copy's own ACL (never the source's), whatever the directive.
     let acl = super::acl::canned(input.acl.as_ref().map(|a| a.as_str()))?;
+    // And its own lock: the headers, else the bucket's default retention.
+    let lock = super::lock::lock_of(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let replace = match input
         .metadata_directive
@@ -221,6 +239,7 @@ pub(super) async fn copy_object(
         ),
         acl,
         source_version: src_version.clone(),
+        lock,
     };
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);

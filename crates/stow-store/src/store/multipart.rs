@@ -106,8 +106,13 @@ impl Store {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode upload: {e}")))?;
         let (bucket, key) = (bucket.to_string(), key.to_string());
         let max_uploads = self.inner.opts.max_uploads;
+        let mut asked_lock = props.props.lock;
         self.inner.db.write(move |conn, _| {
-            let b = record::bucket_id(conn, &bucket)?;
+            // Object lock asked of a bucket without it is refused now, not
+            // at completion (which applies the lock for good).
+            let found = crate::versions::bucket(conn, &bucket)?;
+            crate::lock::on_write(found.lock, &mut asked_lock, record::now_ns())?;
+            let b = found.id;
             let in_flight: i64 = conn
                 .prepare_cached("SELECT count(*) FROM uploads")?
                 .query_row([], |r| r.get(0))?;

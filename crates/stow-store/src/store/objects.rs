@@ -379,6 +379,7 @@ impl Store {
                 rec.props.props = props;
             }
             rec.props.props.acl = opts.acl;
+            rec.props.props.lock = opts.lock;
             rec.modified_ns = record::now_ns();
             rec.generation = record::new_generation();
             record::retain(conn, &rec.extents)?;

@@ -14,6 +14,7 @@ use common::*;
 mod bucket_listing;
 mod conditional;
 mod cors;
+mod lock;
 mod objects;
 mod saves;
 mod uploads;
@@ -21,6 +22,7 @@ mod usage;
 use bucket_listing::*;
 use conditional::*;
 use cors::*;
+use lock::*;
 use objects::*;
 use saves::*;
 use uploads::*;
@@ -50,6 +52,9 @@ on_both_backends!(
     upload_cap,
     read_conditions,
     cors_rules,
+    lock_buckets,
+    lock_retention_rules,
+    lock_refuses_deletes,
 );
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {
