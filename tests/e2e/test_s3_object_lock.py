@@ -49,6 +49,19 @@ def test_bucket_with_object_lock_is_versioned_for_good(s3):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.put_object_lock_configuration(Bucket="plain", ObjectLockConfiguration=rule(Days=1))
     assert code_of(e) == ("InvalidBucketState", 409)
+    # As on AWS, a bucket whose versioning is enabled takes object lock
+    # (suspended it does not), and then keeps versioning for good.
+    s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={"Status": "Suspended"})
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_lock_configuration(Bucket="plain", ObjectLockConfiguration=rule(Days=1))
+    assert code_of(e) == ("InvalidBucketState", 409)
+    s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object_lock_configuration(Bucket="plain", ObjectLockConfiguration=rule(Days=1))
+    assert s3.put_object(Bucket="plain", Key="k", Body=b"x")["VersionId"]
+    assert s3.get_object_retention(Bucket="plain", Key="k")["Retention"]["Mode"] == "GOVERNANCE"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={"Status": "Suspended"})
+    assert code_of(e) == ("InvalidBucketState", 409)
 
 
 @pytest.mark.parametrize("config,code", [
@@ -57,8 +70,8 @@ def test_bucket_with_object_lock_is_versioned_for_good(s3):
     (rule(Days=1, Years=1), "MalformedXML"),
     ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE"}}},
      "MalformedXML"),
-    (rule(Days=0), "InvalidArgument"),
-    (rule(Years=-1), "InvalidArgument"),
+    (rule(Days=0), "InvalidRetentionPeriod"),
+    (rule(Years=-1), "InvalidRetentionPeriod"),
 ])
 def test_lock_configuration_validation(s3, config, code):
     locked_bucket(s3, "vault")
@@ -140,6 +153,11 @@ def test_governance_yields_to_the_bypass_only(s3):
     # Extending needs nothing; shortening needs the bypass.
     s3.put_object_retention(Bucket="vault", Key="k", VersionId=v,
                             Retention={"Mode": "GOVERNANCE", "RetainUntilDate": in_days(3)})
+    # Changing the mode, even to COMPLIANCE, needs the bypass too (as AWS).
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_retention(Bucket="vault", Key="k", VersionId=v,
+                                Retention={"Mode": "COMPLIANCE", "RetainUntilDate": in_days(3)})
+    assert code_of(e) == ("AccessDenied", 403)
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.put_object_retention(Bucket="vault", Key="k", VersionId=v,
                                 Retention={"Mode": "GOVERNANCE", "RetainUntilDate": in_days(1)})

@@ -45,6 +45,14 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::InvalidCors { .. } => S3ErrorCode::InvalidRequest,
         E::MalformedCors { .. } | E::MalformedLockConfiguration { .. } => S3ErrorCode::MalformedXML,
         E::ObjectLockNotEnabled => S3ErrorCode::InvalidRequest,
+        E::InvalidRetentionPeriod => {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("InvalidRetentionPeriod".into()),
+                e.to_string(),
+            );
+            err.set_status_code(http::StatusCode::BAD_REQUEST);
+            return err;
+        }
         E::InvalidBucketState { .. } => S3ErrorCode::InvalidBucketState,
         E::ObjectLocked { .. } => S3ErrorCode::AccessDenied,
         E::PreconditionFailed { .. } => S3ErrorCode::PreconditionFailed,
@@ -268,6 +276,11 @@ mod tests {
             (
                 E::MalformedLockConfiguration { reason: "r".into() },
                 C::MalformedXML,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                E::InvalidRetentionPeriod,
+                C::Custom("InvalidRetentionPeriod".into()),
                 StatusCode::BAD_REQUEST,
             ),
             (

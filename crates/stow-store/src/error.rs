@@ -46,6 +46,10 @@ pub enum StoreError {
     /// years or neither).
     #[error("malformed object lock configuration: {reason}")]
     MalformedLockConfiguration { reason: String },
+    /// A default retention period that is not a positive number of days or
+    /// years.
+    #[error("Default retention period must be a positive integer value")]
+    InvalidRetentionPeriod,
     /// Retention or a legal hold was asked of a bucket created without
     /// object lock.
     #[error("Bucket is missing Object Lock Configuration")]
@@ -171,6 +175,7 @@ impl StoreError {
             MalformedCors { .. } => "malformed_cors",
             MalformedLockConfiguration { .. } => "malformed_lock_configuration",
             ObjectLockNotEnabled => "object_lock_not_enabled",
+            InvalidRetentionPeriod => "invalid_retention_period",
             InvalidBucketState { .. } => "invalid_bucket_state",
             ObjectLocked { .. } => "object_locked",
             NoSuchBucket { .. } => "no_such_bucket",

@@ -149,7 +149,7 @@ pub struct RuleFields<'a> {
 /// Validates a PutObjectLockConfiguration document as S3 does: not
 /// `Enabled`, a rule without a retention or a mode, an unknown mode, both
 /// days and years or neither are `malformed_lock_configuration`; a period
-/// that is not positive is `invalid_argument`.
+/// that is not positive is `invalid_retention_period`.
 pub fn validate_lock_config(fields: &LockConfigFields<'_>) -> Result<LockConfig> {
     let malformed = |reason: &str| StoreError::MalformedLockConfiguration {
         reason: reason.to_string(),
@@ -181,9 +181,7 @@ pub fn validate_lock_config(fields: &LockConfigFields<'_>) -> Result<LockConfig>
         .ok()
         .filter(|v| *v > 0)
         .map(make)
-        .ok_or_else(|| StoreError::InvalidArgument {
-            reason: "Default retention period must be a positive integer value".into(),
-        })?;
+        .ok_or(StoreError::InvalidRetentionPeriod)?;
     Ok(LockConfig {
         default_retention: Some(DefaultRetention { mode, period }),
     })
@@ -242,10 +240,10 @@ fn check_future(retention: Option<Retention>, now_ns: i64) -> Result<()> {
 }
 
 /// Whether `old` may become `new` at `now_ns`: a retention in force may
-/// be extended (COMPLIANCE only to COMPLIANCE); shortening, removing it
-/// or weakening its mode needs the bypass for GOVERNANCE and is never
-/// allowed for COMPLIANCE (`object_locked`). A new date must be in the
-/// future.
+/// be extended in its own mode; shortening, removing it or changing its
+/// mode needs the bypass for GOVERNANCE (as AWS answers, even towards
+/// COMPLIANCE) and is never allowed for COMPLIANCE (`object_locked`). A
+/// new date must be in the future.
 pub(crate) fn change_retention(
     old: Option<Retention>,
     new: Option<Retention>,
@@ -256,10 +254,7 @@ pub(crate) fn change_retention(
     let Some(old) = old.filter(|o| o.until_ns > now_ns) else {
         return Ok(());
     };
-    let extends = new.is_some_and(|n| {
-        n.until_ns >= old.until_ns
-            && (old.mode == LockMode::Governance || n.mode == LockMode::Compliance)
-    });
+    let extends = new.is_some_and(|n| n.until_ns >= old.until_ns && n.mode == old.mode);
     if extends {
         return Ok(());
     }
@@ -292,7 +287,10 @@ mod tests {
         );
         assert!(change_retention(ret(Governance, 2000), ret(Governance, 1500), now, true).is_ok());
         assert!(change_retention(ret(Governance, 2000), None, now, true).is_ok());
-        assert!(change_retention(ret(Governance, 2000), ret(Compliance, 2000), now, false).is_ok());
+        assert!(
+            change_retention(ret(Governance, 2000), ret(Compliance, 2000), now, false).is_err()
+        );
+        assert!(change_retention(ret(Governance, 2000), ret(Compliance, 2000), now, true).is_ok());
         assert!(change_retention(ret(Compliance, 2000), ret(Compliance, 3000), now, false).is_ok());
         for bypass in [false, true] {
             for new in [None, ret(Compliance, 1500), ret(Governance, 3000)] {
@@ -337,8 +335,14 @@ mod tests {
                 rule(Some("GOVERNANCE"), None, None),
                 "malformed_lock_configuration",
             ),
-            (rule(Some("GOVERNANCE"), Some(0), None), "invalid_argument"),
-            (rule(Some("GOVERNANCE"), None, Some(-1)), "invalid_argument"),
+            (
+                rule(Some("GOVERNANCE"), Some(0), None),
+                "invalid_retention_period",
+            ),
+            (
+                rule(Some("GOVERNANCE"), None, Some(-1)),
+                "invalid_retention_period",
+            ),
         ] {
             assert_eq!(
                 validate_lock_config(&fields).unwrap_err().code(),

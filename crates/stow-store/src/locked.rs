@@ -47,17 +47,20 @@ impl Store {
     }
 
     /// Replaces the object lock configuration (the default retention) of a
-    /// bucket created with object lock; any other bucket is
-    /// `invalid_bucket_state`. Versions already written keep theirs.
+    /// bucket with object lock, or enables object lock on a bucket whose
+    /// versioning is enabled (as AWS does; it then cannot be suspended);
+    /// an unversioned or suspended bucket is `invalid_bucket_state`.
+    /// Versions already written keep their lock.
     pub fn set_bucket_object_lock(&self, bucket: &str, config: LockConfig) -> Result<()> {
         validate::bucket_name(bucket)?;
         let bucket = bucket.to_string();
         let column = lock::to_column(&config)?;
         self.inner.db.write(move |conn, _| {
             let b = versions::bucket(conn, &bucket)?;
-            if b.lock.is_none() {
+            if b.lock.is_none() && b.state != Versioning::Enabled {
                 return Err(StoreError::InvalidBucketState {
-                    reason: "Object Lock configuration cannot be enabled on existing buckets"
+                    reason: "Versioning must be 'Enabled' on the bucket to apply a Object Lock \
+                             configuration"
                         .into(),
                 });
             }

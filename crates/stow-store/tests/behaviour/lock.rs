@@ -67,10 +67,20 @@ pub(crate) fn lock_buckets(make: Make) {
         code(s.set_bucket_object_lock("plain", config)),
         "invalid_bucket_state"
     );
-    s.set_bucket_versioning("plain", Versioning::Enabled)
+    s.create_bucket("later").unwrap();
+    s.set_bucket_versioning("later", Versioning::Suspended)
         .unwrap();
     assert_eq!(
-        code(s.set_bucket_object_lock("plain", config)),
+        code(s.set_bucket_object_lock("later", config)),
+        "invalid_bucket_state"
+    );
+    // A bucket whose versioning is enabled takes object lock, for good.
+    s.set_bucket_versioning("later", Versioning::Enabled)
+        .unwrap();
+    s.set_bucket_object_lock("later", config).unwrap();
+    assert_eq!(s.bucket_object_lock("later").unwrap(), Some(config));
+    assert_eq!(
+        code(s.set_bucket_versioning("later", Versioning::Suspended)),
         "invalid_bucket_state"
     );
     s.set_bucket_object_lock("vault", config).unwrap();
