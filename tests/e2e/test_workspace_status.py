@@ -94,3 +94,39 @@ def test_status_kinds_tell_content_mode_and_type_changes_apart(stow_bin, workdir
     assert back["clean"] and back["changes"] == [], back
     assert not (root / "retyped").is_symlink() and (root / "retyped").read_text() == "retyped\n"
     assert stat.S_IMODE((root / "chmodded").stat().st_mode) == 0o644
+
+
+def test_a_name_that_is_not_utf8_is_listed_as_skipped_not_a_failure(stow_bin, workdir, env):  # noqa: F811
+    """A checkpoint holds UTF-8 paths only. A file or directory whose name
+    is not UTF-8 is skipped, with the reason and an escaped name, and every
+    other path is captured, compared and rewound as usual; before, each
+    capture and status of such a tree failed with a retryable
+    workspace_changed for ever."""
+    root = workdir / "tree"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.txt").write_text("a")
+    odd = os.path.join(os.fsencode(root / "src"), b"bad\xffname")
+    with open(odd, "wb") as f:
+        f.write(b"odd")
+    os.mkdir(os.path.join(os.fsencode(root), b"dir\xfe"))
+    with open(os.path.join(os.fsencode(root), b"dir\xfe", b"inner.txt"), "wb") as f:
+        f.write(b"inner")
+    ok(stow_bin, "attach", "--root", root, env=env)
+    cp = ok(stow_bin, "checkpoint", cwd=root, env=env)
+    assert cp["files"] == 1, cp
+    skipped = {s["path"]: s["reason"] for s in cp.get("skipped", [])}
+    assert skipped == {
+        "src/bad\\xFFname": "a name that is not UTF-8 is not captured",
+        "dir\\xFE": "a name that is not UTF-8 is not captured",
+    }, cp
+    assert ok(stow_bin, "status", cwd=root, env=env)["clean"] is True
+    (root / "src" / "a.txt").write_text("edited")
+    with open(odd, "wb") as f:
+        f.write(b"changed, never captured")
+    st = ok(stow_bin, "status", cwd=root, env=env)
+    assert [(c["path"], c["kind"]) for c in st["changes"]] == [("src/a.txt", "modified")]
+    done = ok(stow_bin, "rewind", "--to", cp["checkpoint_id"], cwd=root, env=env)
+    assert done["written"] == 1 and not done["conflicts"], done
+    assert (root / "src" / "a.txt").read_text() == "a"
+    with open(odd, "rb") as f:
+        assert f.read() == b"changed, never captured"  # not the rewind's to touch

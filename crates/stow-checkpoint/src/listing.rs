@@ -43,7 +43,8 @@ impl EntryKind {
 
 /// One entry of a listed directory.
 pub(crate) struct Listed {
-    /// Its slash path from the root (the name as UTF-8, lossily).
+    /// Its slash path from the root; a name that is not UTF-8 appears
+    /// escaped (see [`escape_name`]).
     pub(crate) child: String,
     pub(crate) kind: EntryKind,
     /// Where the name starts in `child`.
@@ -53,6 +54,11 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
+    /// Whether the name is UTF-8 (a checkpoint can hold only such names).
+    pub(crate) fn is_utf8(&self) -> bool {
+        self.raw.is_none()
+    }
+
     /// The entry's name as the directory holds it.
     fn name(&self) -> &[u8] {
         match &self.raw {
@@ -123,11 +129,16 @@ pub(crate) fn list<'a>(
         if bytes == b"." || bytes == b".." {
             continue;
         }
-        let name = String::from_utf8_lossy(bytes);
+        let (name, raw_name) = match std::str::from_utf8(bytes) {
+            Ok(name) => (std::borrow::Cow::Borrowed(name), None),
+            Err(_) => (
+                std::borrow::Cow::Owned(escape_name(bytes)),
+                Some(bytes.into()),
+            ),
+        };
         if !keep(&name) {
             continue;
         }
-        let raw_name = matches!(name, std::borrow::Cow::Owned(_)).then(|| bytes.into());
         let leaf_at = if rel.is_empty() { 0 } else { rel.len() + 1 };
         let mut child = String::with_capacity(leaf_at + name.len());
         if !rel.is_empty() {
@@ -152,6 +163,26 @@ pub(crate) fn list<'a>(
         listed.push(item);
     }
     Ok((open, listed))
+}
+
+/// A name that is not UTF-8, as text: its valid runs as they are (a `\`
+/// as `\x5C`), each other byte as `\xHH`. Distinct names stay distinct,
+/// and none can be a captured path (those never hold a `\`).
+pub(crate) fn escape_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\x5C");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
 }
 
 impl OpenDir<'_> {
@@ -205,13 +236,14 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                ("top/bad\u{fffd}name", EntryKind::File),
+                ("top/bad\\xFFname", EntryKind::File),
                 ("top/f.txt", EntryKind::File),
                 ("top/ln", EntryKind::Link),
                 ("top/pipe", EntryKind::Fifo),
                 ("top/sub", EntryKind::Dir),
             ]
         );
+        assert!(!listed[0].is_utf8() && listed[1].is_utf8());
         let st = open.stat(&listed[0]).unwrap();
         assert_eq!((st.kind, st.size), (Some(EntryKind::File), 2));
         assert_eq!(open.path_of(&listed[0]), d.join(odd));
@@ -219,6 +251,10 @@ mod tests {
         assert_eq!((st.size, st.nlink), (5, 1));
         assert_eq!(open.read_link(&listed[2]).unwrap(), "f.txt");
         assert_eq!(open.stat(&listed[2]).unwrap().kind, Some(EntryKind::Link));
+        assert_eq!(
+            escape_name(b"a\\b\xfe\xffc\xc3\xa9"),
+            "a\\x5Cb\\xFE\\xFFc\u{e9}"
+        );
         // Gone since the listing: the stat says so.
         std::fs::remove_file(d.join("f.txt")).unwrap();
         assert_eq!(

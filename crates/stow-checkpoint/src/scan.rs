@@ -485,6 +485,15 @@ pub(super) fn scan_dir(
             });
             continue;
         }
+        if !entry.is_utf8() {
+            // A checkpoint holds UTF-8 paths only: listed, never captured
+            // (failing the capture would fail every capture of the tree).
+            out.skipped.push(SkippedEntry {
+                path: entry.child,
+                reason: "a name that is not UTF-8 is not captured".into(),
+            });
+            continue;
+        }
         let stat = |e: &listing::Listed| {
             open.stat(e)
                 .map_err(|err| changed_or_io("stat", &open.path_of(e), &e.child, err))
