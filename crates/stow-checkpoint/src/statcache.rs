@@ -298,7 +298,9 @@ impl CacheFile {
             StoredEntry::read(&mut r).map(Some)
         };
         let mut current = next()?;
-        let mut out = Vec::new();
+        // One slot per file, sized once: a status of a large tree fills
+        // 100,000 of them, and growing would copy them into fresh pages.
+        let mut out = Vec::with_capacity(files.size_hint().0);
         for f in files {
             while let Some(e) = current.as_ref().filter(|e| e.path < &*f.path) {
                 let last = e.path;
