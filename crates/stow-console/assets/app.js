@@ -16,7 +16,6 @@ const state = {
   tokens: [""], // continuation token of each page seen, the current one last
   next: null,
   filter: "", // the prefix filter, under the folder's prefix
-  render: 0, // the latest listing shown (a longer one is appended over frames)
 };
 
 /** Creates an element. Strings among `children` become Text nodes. */
@@ -266,7 +265,6 @@ async function showObjects() {
   const listed = state.prefix + state.filter;
   const data = await attempt(() => api.objects(state.bucket, listed, token));
   if (!data) {
-    state.render += 1;
     $("object-rows").replaceChildren();
     return;
   }
@@ -275,79 +273,86 @@ async function showObjects() {
   const folders = data.folders.map((folder) =>
     el(
       "tr",
-      {},
-      el("td", { class: "pick" }),
-      el("td", { class: "name" }, el("a", { href: link(state.bucket, folder) }, folder.slice(state.prefix.length))),
-      el("td", {}, "folder"),
-      el("td", {}),
-      el("td", {}),
-    ),
-  );
-  const objectRow = (o) =>
-    el(
-      "tr",
-      {},
-      readOnly ? el("td", { class: "pick" }) : objectPages.pickCell(o.key),
-      el("td", { class: "name" }, o.key.slice(state.prefix.length)),
-      el("td", {}, formatSize(o.size)),
-      el("td", {}, formatTime(o.last_modified)),
+      { role: "row" },
+      el("td", { role: "cell", class: "pick" }),
       el(
         "td",
-        { class: "actions" },
-        el("button", {
-          type: "button",
-          "aria-label": `Details ${o.key}`,
-          text: "Details",
-          onclick: () => objectPages.openDetails(o.key),
-        }),
-        el("a", {
-          class: "button",
-          href: api.downloadUrl(state.bucket, o.key),
-          download: "",
-          "aria-label": `Download ${o.key}`,
-          text: "Download",
-        }),
-        el("button", {
-          type: "button",
-          class: "danger",
-          hidden: readOnly,
-          "aria-label": `Delete ${o.key}`,
-          text: "Delete",
-          onclick: () => deleteObject(o.key),
-        }),
+        { role: "cell", class: "name" },
+        el("a", { href: link(state.bucket, folder) }, folder.slice(state.prefix.length)),
       ),
-    );
-  // The first screenful at once, the rest of a long page over the next
-  // frames: a page of 1,000 keys shows its first rows without waiting for
-  // the layout of all of them.
-  const render = ++state.render;
-  const first = data.objects.slice(0, FIRST_ROWS).map(objectRow);
-  $("object-rows").replaceChildren(...folders, ...first);
-  appendRows(render, data.objects.slice(FIRST_ROWS), objectRow);
+      el("td", { role: "cell" }, "folder"),
+      el("td", { role: "cell" }),
+      el("td", { role: "cell" }),
+    ),
+  );
+  // One insertion of every row: cloned rows cost little to build, and a
+  // single layout of the fixed-layout table is cheaper than one per frame.
+  const rows = data.objects.map((o) => objectRowFor(o, readOnly));
+  $("object-rows").replaceChildren(...folders, ...rows);
+  objectPages.updateSelection();
   $("no-objects").hidden = folders.length + data.objects.length > 0;
   state.next = data.next;
   $("next-page").hidden = !data.next;
   $("prev-page").hidden = state.tokens.length < 2;
 }
 
-/** Rows shown in the first frame of a listing. */
-const FIRST_ROWS = 100;
-/** Rows added in each later frame. */
-const ROWS_PER_FRAME = 300;
-
-/** Appends `rest` in frames, unless a newer listing (render) replaced it. */
-function appendRows(render, rest, objectRow) {
-  if (render !== state.render) return;
-  if (rest.length === 0) {
-    objectPages.updateSelection();
-    return;
+/**
+ * An object's row: Select, Name, Size, Modified, and Details / Download /
+ * Delete. Rows are clones of one built row (a page holds up to 1,000), and
+ * their controls are served by the listeners on `#object-rows` below, so a
+ * row carries its key in `data-key` and no listener of its own. The key
+ * reaches the row only as text and attribute values, never as markup.
+ */
+function objectRowFor(o, readOnly) {
+  const row = OBJECT_ROW.cloneNode(true);
+  row.dataset.key = o.key;
+  const [pick, name, size, modified, actions] = row.cells;
+  const box = pick.firstChild;
+  if (readOnly) box.remove();
+  else {
+    box.setAttribute("aria-label", `Select ${o.key}`);
+    box.checked = objectPages.isSelected(o.key);
   }
-  requestAnimationFrame(() => {
-    if (render !== state.render) return;
-    $("object-rows").append(...rest.slice(0, ROWS_PER_FRAME).map(objectRow));
-    appendRows(render, rest.slice(ROWS_PER_FRAME), objectRow);
-  });
+  name.textContent = o.key.slice(state.prefix.length);
+  size.textContent = formatSize(o.size);
+  modified.textContent = formatTime(o.last_modified);
+  const [details, download, remove] = actions.children;
+  details.setAttribute("aria-label", `Details ${o.key}`);
+  download.setAttribute("href", api.downloadUrl(state.bucket, o.key));
+  download.setAttribute("aria-label", `Download ${o.key}`);
+  remove.setAttribute("aria-label", `Delete ${o.key}`);
+  remove.hidden = readOnly;
+  return row;
 }
+
+/**
+ * The row every object's row is cloned from. Roles are explicit: the
+ * stylesheet lays the object table out as a grid (app.css), and the
+ * roles keep it a table to assistive technology.
+ */
+const OBJECT_ROW = el(
+  "tr",
+  { role: "row" },
+  el("td", { role: "cell", class: "pick" }, el("input", { type: "checkbox" })),
+  el("td", { role: "cell", class: "name" }),
+  el("td", { role: "cell" }),
+  el("td", { role: "cell" }),
+  el(
+    "td",
+    { role: "cell", class: "actions" },
+    el("button", { type: "button", "data-act": "details", text: "Details" }),
+    el("a", { class: "button", download: "", text: "Download" }),
+    el("button", { type: "button", class: "danger", "data-act": "delete", text: "Delete" }),
+  ),
+);
+
+$("object-rows").addEventListener("click", (e) => {
+  const button = e.target.closest("button[data-act]");
+  const key = button && button.closest("tr").dataset.key;
+  if (key === undefined) return;
+  if (button.dataset.act === "details") objectPages.openDetails(key);
+  else deleteObject(key);
+});
 
 async function deleteObject(key) {
   clearError();

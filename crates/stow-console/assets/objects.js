@@ -27,23 +27,25 @@ export function mountObjects(ctx) {
     $("select-all").checked = boxes.length > 0 && boxes.every((b) => b.checked);
   }
 
-  /** The selection cell of an object's row. */
-  function pickCell(key) {
-    return el(
-      "td",
-      { class: "pick" },
-      el("input", {
-        type: "checkbox",
-        "aria-label": `Select ${key}`,
-        checked: selected.has(key),
-        onchange: (e) => {
-          if (e.target.checked) selected.add(key);
-          else selected.delete(key);
-          updateSelection();
-        },
-      }),
-    );
+  /** Whether the object at `key` is selected (its row's box is checked). */
+  function isSelected(key) {
+    return selected.has(key);
   }
+
+  /** Ticks or clears one row's box and the selection with it. */
+  function pick(box, on) {
+    box.checked = on;
+    const key = box.closest("tr").dataset.key;
+    if (on) selected.add(key);
+    else selected.delete(key);
+  }
+
+  // The rows' boxes, served here for every row (rows have no listeners).
+  $("object-rows").addEventListener("change", (e) => {
+    if (!e.target.matches("input[type=checkbox]")) return;
+    pick(e.target, e.target.checked);
+    updateSelection();
+  });
 
   /** Forgets the selection (a new folder, page or bucket). */
   function resetSelection() {
@@ -53,9 +55,7 @@ export function mountObjects(ctx) {
 
   $("select-all").addEventListener("change", (e) => {
     const want = e.target.checked;
-    for (const box of document.querySelectorAll("#object-rows input[type=checkbox]")) {
-      if (box.checked !== want) box.click();
-    }
+    for (const box of document.querySelectorAll("#object-rows input[type=checkbox]")) pick(box, want);
     updateSelection();
   });
 
@@ -237,5 +237,5 @@ export function mountObjects(ctx) {
       `Store: ${of(s.objects, s.max_objects, String)} objects, ${of(s.bytes, s.max_bytes, formatSize)}${quota}.`;
   }
 
-  return { pickCell, resetSelection, updateSelection, openDetails, closeDetails, loadUsage };
+  return { isSelected, resetSelection, updateSelection, openDetails, closeDetails, loadUsage };
 }
