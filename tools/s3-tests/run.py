@@ -15,7 +15,15 @@ suite's CORS and POST-object tests. Tests marked fails_on_aws are left
 out (S3_TESTS_MARKERS, a pytest -m expression). The counts and every
 failure's name go to target/s3-tests/result.txt and stdout.
 
-Usage: tools/s3-tests/run.py [--bin PATH] [extra pytest args…]
+Lifecycle: the server runs with `--lifecycle-day-seconds N` and the suite
+is told (`lc_debug_interval`) that a day is N seconds, as Ceph's debug
+interval does (S3_TESTS_LC_DAY, default 2).
+
+`--endpoint URL` runs the suite against a server already listening there
+(for example `moto_server -p PORT`, the reference to compare with) instead
+of starting one; it must take the suite's key pair.
+
+Usage: tools/s3-tests/run.py [--bin PATH | --endpoint URL] [extra pytest args…]
 """
 
 import argparse
@@ -76,7 +84,7 @@ def python():
     return str(exe)
 
 
-def config(port, path):
+def config(host, port, path, lc_day):
     """The suite's configuration: every user is the server's one key pair."""
     user = f"""display_name = stow
 user_id = stow
@@ -85,7 +93,7 @@ access_key = {ACCESS_KEY}
 secret_key = {SECRET_KEY}
 """
     path.write_text(f"""[DEFAULT]
-host = 127.0.0.1
+host = {host}
 port = {port}
 is_secure = False
 ssl_verify = False
@@ -95,6 +103,7 @@ bucket prefix = s3t-{{random}}-
 
 [s3 main]
 api_name = default
+lc_debug_interval = {lc_day}
 {user}
 [s3 alt]
 {user}
@@ -113,24 +122,33 @@ tenant = stowtenant
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.environ.get("STOW_BIN", str(ROOT / "target" / "debug" / "stow-s3")))
+    ap.add_argument("--endpoint", help="run against this server instead of starting stow-s3")
     args, extra = ap.parse_known_args()
+    lc_day = int(os.environ.get("S3_TESTS_LC_DAY", "2"))
     fetch_suite()
     py = python()
     select = os.environ.get("S3_TESTS_SELECT", DEFAULT_SELECT)
     markers = os.environ.get("S3_TESTS_MARKERS", DEFAULT_MARKERS)
     with tempfile.TemporaryDirectory(prefix="stow-s3-tests-") as tmp:
         tmp = pathlib.Path(tmp)
-        server = S3Server(args.bin, tmp / "data", "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY)
+        server = None
+        if args.endpoint:
+            endpoint = args.endpoint
+        else:
+            server = S3Server(args.bin, tmp / "data", "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY,
+                              "--lifecycle-day-seconds", str(lc_day))
+            endpoint = server.endpoint
         try:
-            port = int(server.endpoint.rsplit(":", 1)[1])
+            host, port = endpoint.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
             conf = tmp / "s3tests.conf"
-            config(port, conf)
+            config(host, int(port), conf, lc_day)
             env = dict(os.environ, S3TEST_CONF=str(conf))
             cmd = [py, "-m", "pytest", "s3tests/functional/test_s3.py", "-q", "-rf", "-p", "no:cacheprovider",
                    "-k", select, "-m", markers, *extra]
             run = subprocess.run(cmd, cwd=SUITE, env=env, capture_output=True, text=True)
         finally:
-            server.stop()
+            if server:
+                server.stop()
     out = run.stdout + run.stderr
     summary = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     failed = sorted(set(re.findall(r"^FAILED \S+::(\S+)", out, re.M)))
@@ -138,7 +156,8 @@ def main():
         if summary else {}
     WORK.mkdir(parents=True, exist_ok=True)
     lines = [
-        f"ceph/s3-tests {COMMIT[:7]}: -k {select!r} -m {markers!r}",
+        f"ceph/s3-tests {COMMIT[:7]}: -k {select!r} -m {markers!r}"
+        + (f" against {args.endpoint}" if args.endpoint else ""),
         f"passed {counts.get('passed', 0)}, failed {counts.get('failed', 0)}, "
         f"errors {counts.get('error', 0)}, skipped {counts.get('skipped', 0)}",
         *[f"FAILED {name}" for name in failed],

@@ -136,6 +136,12 @@ pub struct ServeArgs {
     /// Without it the route is refused with 405 MethodNotAllowed.
     #[arg(long, conflicts_with = "read_only")]
     allow_reset: bool,
+    /// Make a lifecycle "day" N seconds, counted from each object's
+    /// modification (no rounding to midnight), so tests see rules expire
+    /// objects; without it a day is S3's. `x-amz-expiration` keeps S3's
+    /// dates either way.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    lifecycle_day_seconds: Option<u64>,
     #[command(flatten)]
     console: ConsoleArgs,
 }
@@ -269,6 +275,7 @@ pub fn run_workspace(
         config,
         SocketAddr::new(listen.host, args.port),
         console,
+        None,
         |endpoint, console_url| {
             // The workspace as `resume` describes it, and the server.
             let mut ready = description;
@@ -396,6 +403,14 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         Backend::Filesystem => Store::open(&args.data_dir, opts)?,
         Backend::Memory => Store::memory(opts)?,
     };
+    // A read-only server changes nothing, lifecycle expiry included.
+    let expiry = (!args.read_only).then(|| Expiry {
+        store: store.clone(),
+        day: match args.lifecycle_day_seconds {
+            Some(n) => stow_store::DayLength::Seconds(n),
+            None => stow_store::DayLength::Utc,
+        },
+    });
     let config = ServerConfig {
         read_only: args.read_only,
         cors_origins: args.cors_origins.clone(),
@@ -430,6 +445,7 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
         config,
         SocketAddr::new(listen.host, args.port),
         console,
+        expiry,
         |endpoint, console_url| {
             let line = match listen.ready_fd {
             Some(_) => serde_json::json!({
@@ -466,13 +482,55 @@ pub fn run(args: ServeArgs) -> Result<serde_json::Value, CliError> {
     Ok(serde_json::Value::Null)
 }
 
+/// Lifecycle expiry run by `serve` in the background.
+pub(crate) struct Expiry {
+    store: Store,
+    day: stow_store::DayLength,
+}
+
+impl Expiry {
+    /// How often expiry runs: a twentieth of a day, between 50 ms and 10
+    /// minutes (S3 itself expires within a day of the due time).
+    fn period(&self) -> Duration {
+        let day = match self.day {
+            stow_store::DayLength::Seconds(n) => Duration::from_secs(n),
+            stow_store::DayLength::Utc => Duration::from_secs(86_400),
+        };
+        (day / 20).clamp(Duration::from_millis(50), Duration::from_secs(600))
+    }
+
+    /// Runs expiry every [`Expiry::period`] until the task is aborted; each
+    /// run on a blocking thread, one at a time.
+    async fn run(self) {
+        let mut tick = tokio::time::interval(self.period());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (store, day) = (self.store.clone(), self.day);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            match tokio::task::spawn_blocking(move || store.expire_due(now, day)).await {
+                Ok(Ok(report)) if !report.is_empty() => {
+                    tracing::info!(?report, "lifecycle expiry");
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "lifecycle expiry failed"),
+                Err(e) => tracing::warn!(error = %e, "lifecycle expiry stopped"),
+            }
+        }
+    }
+}
+
 /// Binds `addr` (and the console's address, if any), calls `announce`
 /// with the endpoint and the console's URL once both are ready, and
-/// serves until SIGINT/SIGTERM, then drains for up to 10 s.
+/// serves until SIGINT/SIGTERM, then drains for up to 10 s. `expiry`, when
+/// given, runs in the background meanwhile.
 pub(crate) fn run_server(
     config: ServerConfig,
     addr: SocketAddr,
     console: Option<(SocketAddr, stow_console::ConsoleConfig)>,
+    expiry: Option<Expiry>,
     announce: impl FnOnce(&str, Option<&str>) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -510,7 +568,12 @@ pub(crate) fn run_server(
         tracing::info!("stow listening on {endpoint} (mode=local)");
         announce(&endpoint, console_url.as_deref())?;
         let console = console.map(|c| c.spawn(Duration::from_secs(10)));
+        let expiry = expiry.map(|e| tokio::spawn(e.run()));
         server.run(shutdown, Duration::from_secs(10)).await;
+        if let Some(expiry) = expiry {
+            expiry.abort();
+            let _ = expiry.await;
+        }
         if let Some(console) = console {
             console.stop().await;
         }

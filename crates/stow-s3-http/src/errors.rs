@@ -43,7 +43,10 @@ pub fn to_s3(e: StoreError) -> S3Error {
         | E::InvalidArgument { .. }
         | E::InvalidPartNumber(_) => S3ErrorCode::InvalidArgument,
         E::InvalidCors { .. } => S3ErrorCode::InvalidRequest,
-        E::MalformedCors { .. } | E::MalformedLockConfiguration { .. } => S3ErrorCode::MalformedXML,
+        E::MalformedCors { .. }
+        | E::MalformedLockConfiguration { .. }
+        | E::MalformedLifecycle { .. } => S3ErrorCode::MalformedXML,
+        E::InvalidLifecycle { .. } => S3ErrorCode::InvalidRequest,
         E::ObjectLockNotEnabled => S3ErrorCode::InvalidRequest,
         E::InvalidRetentionPeriod => {
             let mut err = S3Error::with_message(

@@ -164,6 +164,37 @@ pub trait ObjectBackend: Send + Sync + 'static {
             ),
         })
     }
+    /// A bucket's lifecycle rules (`None`: none; always so where none are
+    /// kept).
+    fn bucket_lifecycle(&self, bucket: &str) -> Result<Option<crate::LifecycleConfig>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Replaces (`Some`) or removes (`None`) a bucket's lifecycle rules,
+    /// returning what is now stored. Backends that keep none refuse to set
+    /// them with `not_implemented` (removing none succeeds).
+    fn set_bucket_lifecycle(
+        &self,
+        bucket: &str,
+        config: Option<crate::LifecycleConfig>,
+    ) -> Result<Option<crate::LifecycleConfig>> {
+        self.head_bucket(bucket)?;
+        if config.is_none() {
+            return Ok(None);
+        }
+        Err(crate::StoreError::NotImplemented {
+            reason: format!(
+                "{} keeps no lifecycle rules: nothing here expires, so rules are not accepted",
+                self.backend_name()
+            ),
+        })
+    }
+    /// When the bucket's lifecycle rules expire `meta`, taken as the
+    /// current version (S3's `x-amz-expiration`); `None` where no rules
+    /// are kept.
+    fn object_expiration(&self, meta: &ObjectMeta) -> Result<Option<crate::ObjectExpiration>> {
+        let _ = meta;
+        Ok(None)
+    }
     /// Creates a bucket with object lock (and versioning) enabled; `false`
     /// when it already existed. Backends that keep no versions refuse with
     /// `not_implemented`.
@@ -506,6 +537,19 @@ impl ObjectBackend for Store {
     }
     fn set_bucket_cors(&self, bucket: &str, rules: Option<Vec<crate::CorsRule>>) -> Result<()> {
         Store::set_bucket_cors(self, bucket, rules)
+    }
+    fn bucket_lifecycle(&self, bucket: &str) -> Result<Option<crate::LifecycleConfig>> {
+        Store::bucket_lifecycle(self, bucket)
+    }
+    fn set_bucket_lifecycle(
+        &self,
+        bucket: &str,
+        config: Option<crate::LifecycleConfig>,
+    ) -> Result<Option<crate::LifecycleConfig>> {
+        Store::set_bucket_lifecycle(self, bucket, config)
+    }
+    fn object_expiration(&self, meta: &ObjectMeta) -> Result<Option<crate::ObjectExpiration>> {
+        Store::object_expiration(self, meta)
     }
     fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
         Store::set_bucket_versioning(self, bucket, state)

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS usage (
 INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
-    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT, object_lock TEXT);
+    acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT, object_lock TEXT,
+    lifecycle TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -84,8 +85,10 @@ COMMIT;
 /// added `buckets.cors` (the bucket's CORS rules as JSON, NULL = none); 4
 /// added `buckets.object_lock` (the bucket's object lock configuration as
 /// JSON, NULL = object lock not enabled; a version's retention and legal
-/// hold live in its `props`, so no other column was needed).
-const SCHEMA_VERSION: i64 = 4;
+/// hold live in its `props`, so no other column was needed); 5 added
+/// `buckets.lifecycle` (the bucket's lifecycle rules as JSON, NULL =
+/// none).
+const SCHEMA_VERSION: i64 = 5;
 
 /// Columns a version of the schema added to a table that existed before
 /// it: `(table, column, definition)`.
@@ -96,6 +99,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("objects", "seq", "INTEGER NOT NULL DEFAULT 0"),
     ("buckets", "cors", "TEXT"),
     ("buckets", "object_lock", "TEXT"),
+    ("buckets", "lifecycle", "TEXT"),
 ];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
@@ -103,7 +107,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 /// come from [`SCHEMA`] (`IF NOT EXISTS`); columns added to old tables are
 /// added here, each only when missing (a fresh table was created with it).
 /// Every added column reads as the old behaviour: private, unversioned,
-/// the null version, no CORS rules, no object lock.
+/// the null version, no CORS rules, no object lock, no lifecycle rules.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

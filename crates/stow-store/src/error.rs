@@ -41,6 +41,16 @@ pub enum StoreError {
     /// origin or a method.
     #[error("malformed CORS configuration: {reason}")]
     MalformedCors { reason: String },
+    /// A lifecycle configuration is malformed (S3's MalformedXML: no
+    /// rules, a status other than Enabled/Disabled, a rule with both or
+    /// neither of a prefix and a filter, a filter or expiration with more
+    /// than one member).
+    #[error("malformed lifecycle configuration: {reason}")]
+    MalformedLifecycle { reason: String },
+    /// A lifecycle rule S3 refuses as an invalid request (a rule without
+    /// any action).
+    #[error("{reason}")]
+    InvalidLifecycle { reason: String },
     /// An object lock configuration is malformed (S3: not `Enabled`, a
     /// rule without a retention, a mode S3 does not know, both days and
     /// years or neither).
@@ -173,6 +183,8 @@ impl StoreError {
             InvalidArgument { .. } => "invalid_argument",
             InvalidCors { .. } => "invalid_cors",
             MalformedCors { .. } => "malformed_cors",
+            MalformedLifecycle { .. } => "malformed_lifecycle",
+            InvalidLifecycle { .. } => "invalid_lifecycle",
             MalformedLockConfiguration { .. } => "malformed_lock_configuration",
             ObjectLockNotEnabled => "object_lock_not_enabled",
             InvalidRetentionPeriod => "invalid_retention_period",

@@ -9,7 +9,9 @@
 //! transaction, before its commit), `store-reset-committed` (after the
 //! commit, before the switch to the fresh blob directory),
 //! `store-reset-switched` (after the switch, before the old directory is
-//! swept) and `store-reset-sweeping` (the sweep has removed one shard);
+//! swept), `store-reset-sweeping` (the sweep has removed one shard) and
+//! `store-lifecycle-batch` (inside an expiry transaction, before its
+//! commit);
 //! the checkpoint engine names its points at their call sites.
 //!
 //! A *skip point* ([`skipped`]) is the opposite: it leaves out one step

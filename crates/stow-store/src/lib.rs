@@ -28,6 +28,7 @@ pub mod fault;
 mod guarded;
 mod integrity;
 mod joined;
+mod lifecycle;
 mod list;
 mod lock;
 mod locked;
@@ -45,6 +46,11 @@ pub use cors::{validate_cors, CorsRule, CORS_METHODS, MAX_CORS_ID_BYTES, MAX_COR
 pub use error::{io_is_no_space, Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use joined::{JoinTicket, Joined, JoinedUpload};
+pub use lifecycle::{
+    validate_lifecycle, DayLength, Expiration, ExpiryReport, FilterAnd, FilterTag,
+    LifecycleConfig, LifecycleFilter, LifecycleRule, NoncurrentExpiration, ObjectExpiration,
+    RuleStatus, Transition, MAX_LIFECYCLE_ID_CHARS, MAX_LIFECYCLE_RULES, TRANSITION_CLASSES,
+};
 pub use list::page_of_sorted;
 pub use lock::{
     validate_lock_config, DefaultRetention, LockConfig, LockConfigFields, LockMode, ObjectLock,

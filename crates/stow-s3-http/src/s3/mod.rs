@@ -3,7 +3,7 @@
 //! blocking thread, and converts the result.
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
-//! `listing`, `multipart`, `acl`, `tagging`, `versions`, `cors`), conversions in `convert`; the `S3` impl below
+//! `listing`, `multipart`, `acl`, `tagging`, `versions`, `cors`, `lifecycle`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
@@ -11,6 +11,7 @@ mod buckets;
 mod convert;
 mod cors;
 pub(crate) mod fuzzing;
+mod lifecycle;
 mod listing;
 mod lock;
 mod multipart;
@@ -393,6 +394,27 @@ impl S3 for StowS3 {
         req: S3Request<GetObjectLegalHoldInput>,
     ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
         lock::get_object_legal_hold(self, req).await
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        lifecycle::put_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        lifecycle::get_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        lifecycle::delete_bucket_lifecycle(self, req).await
     }
 
     async fn get_bucket_cors(

@@ -241,6 +241,7 @@ pub(super) async fn complete_multipart_upload(
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         e_tag: Some(etag(&meta.etag)),
         version_id: written_version(&meta),
+        expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
         checksum_crc64nvme: c.crc64nvme,

@@ -33,6 +33,7 @@ pub(super) async fn get_object(
         ));
     }
     let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+    let latest = version.is_none();
     let open = move |store: &dyn ObjectBackend| {
         store.get_object_version(&bucket, &key, version.as_deref(), range, part)
     };
@@ -99,6 +100,9 @@ pub(super) async fn get_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
+        expiration: latest
+            .then(|| super::lifecycle::expiration_of(svc.store.as_ref(), &meta))
+            .flatten(),
         ..object_output!(GetObjectOutput, meta, c)
     });
     resp.headers = metadata_raw_headers(&meta.props.metadata)?;
@@ -167,6 +171,11 @@ pub(super) async fn head_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
+        expiration: input
+            .version_id
+            .is_none()
+            .then(|| super::lifecycle::expiration_of(svc.store.as_ref(), &meta))
+            .flatten(),
         ..object_output!(HeadObjectOutput, meta, c)
     });
     resp.headers = metadata_raw_headers(&meta.props.metadata)?;

@@ -70,6 +70,7 @@ pub(super) async fn put_object(
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
         version_id: written_version(&meta),
+        expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
         ..Default::default()
     });
     // `s3s` writes a POST's answer without the output's headers; S3 names
@@ -260,6 +261,7 @@ pub(super) async fn copy_object(
         }),
         version_id: written_version(&meta),
         copy_source_version_id,
+        expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
         ..Default::default()
     }))
 }

@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     pub dir: Option<PathBuf>,
     /// Space held back so deletes commit on a full disk.
     pub reserve: reserve::Reserve,
+    /// Whether any bucket has lifecycle rules (`crate::lifecycle`):
+    /// unknown, none or some; spares reads that cannot find any.
+    pub lifecycle_seen: std::sync::atomic::AtomicU8,
     _lock: Option<File>,
 }
 
@@ -177,6 +180,7 @@ impl Store {
                 store_id,
                 dir: Some(dir.to_path_buf()),
                 reserve,
+                lifecycle_seen: Default::default(),
                 _lock: Some(lock),
             }),
         })
@@ -210,6 +214,7 @@ impl Store {
                 store_id,
                 dir: None,
                 reserve: reserve::Reserve::none(),
+                lifecycle_seen: Default::default(),
                 _lock: None,
             }),
         })

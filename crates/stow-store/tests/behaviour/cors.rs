@@ -120,5 +120,5 @@ fn a_store_from_before_cors_is_migrated_at_open() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert!(version >= 4, "migrated to {version}");
 }

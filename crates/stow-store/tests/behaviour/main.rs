@@ -14,6 +14,7 @@ use common::*;
 mod bucket_listing;
 mod conditional;
 mod cors;
+mod lifecycle;
 mod lock;
 mod objects;
 mod saves;
@@ -22,6 +23,7 @@ mod usage;
 use bucket_listing::*;
 use conditional::*;
 use cors::*;
+use lifecycle::*;
 use lock::*;
 use objects::*;
 use saves::*;
@@ -55,6 +57,12 @@ on_both_backends!(
     lock_buckets,
     lock_retention_rules,
     lock_refuses_deletes,
+    lifecycle_rules,
+    lifecycle_expires_current_versions,
+    lifecycle_expires_versions,
+    lifecycle_aborts_uploads,
+    lifecycle_never_removes_locked_versions,
+    lifecycle_expires_in_batches,
 );
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {
