@@ -195,6 +195,18 @@ pub trait ObjectBackend: Send + Sync + 'static {
         let _ = meta;
         Ok(None)
     }
+    /// When the bucket's lifecycle rules abort an upload of `key` started
+    /// at `initiated_ns` (S3's `x-amz-abort-date`); `None` where no rules
+    /// are kept.
+    fn upload_abort(
+        &self,
+        bucket: &str,
+        key: &str,
+        initiated_ns: i64,
+    ) -> Result<Option<crate::ObjectExpiration>> {
+        let _ = (bucket, key, initiated_ns);
+        Ok(None)
+    }
     /// Creates a bucket with object lock (and versioning) enabled; `false`
     /// when it already existed. Backends that keep no versions refuse with
     /// `not_implemented`.
@@ -550,6 +562,14 @@ impl ObjectBackend for Store {
     }
     fn object_expiration(&self, meta: &ObjectMeta) -> Result<Option<crate::ObjectExpiration>> {
         Store::object_expiration(self, meta)
+    }
+    fn upload_abort(
+        &self,
+        bucket: &str,
+        key: &str,
+        initiated_ns: i64,
+    ) -> Result<Option<crate::ObjectExpiration>> {
+        Store::upload_abort(self, bucket, key, initiated_ns)
     }
     fn set_bucket_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
         Store::set_bucket_versioning(self, bucket, state)

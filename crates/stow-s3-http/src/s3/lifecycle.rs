@@ -267,6 +267,24 @@ pub(super) fn expiration_of(store: &dyn ObjectBackend, meta: &ObjectMeta) -> Opt
     }
 }
 
+/// S3's `x-amz-abort-date` and `x-amz-abort-rule-id` of a new upload
+/// (a failure to work them out only leaves them out).
+pub(super) fn abort_of(
+    store: &dyn ObjectBackend,
+    bucket: &str,
+    key: &str,
+    initiated_ns: i64,
+) -> (Option<Timestamp>, Option<String>) {
+    match store.upload_abort(bucket, key, initiated_ns) {
+        Ok(Some(e)) => (Some(timestamp(e.at_ns)), Some(e.rule_id)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot work out x-amz-abort-date");
+            (None, None)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

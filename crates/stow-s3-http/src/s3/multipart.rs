@@ -51,10 +51,18 @@ pub(super) async fn create_multipart_upload(
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let info = blocking(move || store.create_upload(&bucket, &key, opts)).await?;
+    let (abort_date, abort_rule_id) = super::lifecycle::abort_of(
+        svc.store.as_ref(),
+        &input.bucket,
+        &input.key,
+        info.initiated_ns,
+    );
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(info.upload_id),
+        abort_date,
+        abort_rule_id,
         checksum_algorithm: alg.map(dto_alg),
         checksum_type: alg
             .map(|_| dto_checksum_type(kind.unwrap_or(store::ChecksumType::Composite))),

@@ -91,6 +91,32 @@ impl Store {
     /// to midnight UTC); `None` when no rule does. Costs nothing while no
     /// bucket of the store has rules.
     pub fn object_expiration(&self, meta: &ObjectMeta) -> Result<Option<ObjectExpiration>> {
+        Ok(self.rules_if_any(&meta.bucket)?.and_then(|config| {
+            config.expiration_of(
+                &meta.key,
+                meta.size,
+                &meta.props.tags,
+                meta.last_modified_ns,
+            )
+        }))
+    }
+
+    /// When the bucket's rules abort an upload of `key` initiated at
+    /// `initiated_ns` (S3's `x-amz-abort-date`, in S3's days), and by
+    /// which rule; `None` when none does.
+    pub fn upload_abort(
+        &self,
+        bucket: &str,
+        key: &str,
+        initiated_ns: i64,
+    ) -> Result<Option<ObjectExpiration>> {
+        Ok(self
+            .rules_if_any(bucket)?
+            .and_then(|config| config.abort_of(key, initiated_ns)))
+    }
+
+    /// A bucket's rules, skipping the read while no bucket has any.
+    fn rules_if_any(&self, bucket: &str) -> Result<Option<LifecycleConfig>> {
         let seen = &self.inner.lifecycle_seen;
         if seen.load(Ordering::Acquire) == SEEN_UNKNOWN {
             let any: bool = self.inner.db.read(|conn| {
@@ -110,14 +136,6 @@ impl Store {
         if seen.load(Ordering::Acquire) == SEEN_NONE {
             return Ok(None);
         }
-        let Some(config) = self.bucket_lifecycle(&meta.bucket)? else {
-            return Ok(None);
-        };
-        Ok(config.expiration_of(
-            &meta.key,
-            meta.size,
-            &meta.props.tags,
-            meta.last_modified_ns,
-        ))
+        self.bucket_lifecycle(bucket)
     }
 }

@@ -94,6 +94,27 @@ impl LifecycleConfig {
             .min_by_key(|e| e.at_ns)
     }
 
+    /// When an upload of `key` initiated at `initiated_ns` is aborted by an
+    /// enabled rule's AbortIncompleteMultipartUpload (in S3's days), and
+    /// by which (S3's `x-amz-abort-date` and `x-amz-abort-rule-id`).
+    pub fn abort_of(&self, key: &str, initiated_ns: i64) -> Option<ObjectExpiration> {
+        let s = Subject {
+            key,
+            size: None,
+            tags: None,
+        };
+        self.enabled()
+            .filter(|r| r.matches(&s))
+            .filter_map(|r| {
+                let days = r.abort_upload_days?;
+                Some(ObjectExpiration {
+                    at_ns: DayLength::Utc.after(initiated_ns, days),
+                    rule_id: r.id_or_empty().to_string(),
+                })
+            })
+            .min_by_key(|e| e.at_ns)
+    }
+
     /// Whether an upload of `key` initiated at `initiated_ns` is due to be
     /// aborted at `now_ns` (`AbortIncompleteMultipartUpload`).
     pub(crate) fn upload_due(

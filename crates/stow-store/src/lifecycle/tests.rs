@@ -295,4 +295,15 @@ fn filters_select_by_prefix_tags_and_size() {
         c.expiration_of("img/x", 1, &tags, m).unwrap().rule_id,
         "late"
     );
+    // Uploads: their rule's days after initiation, S3's days.
+    let mut abort = rule("abort");
+    abort.prefix = Some("up/".into());
+    abort.abort_upload_days = Some(2);
+    let c = config(vec![abort, expire_days("exp", 1)]);
+    let e = c.abort_of("up/a", m).unwrap();
+    assert_eq!(
+        (e.at_ns, e.rule_id.as_str()),
+        (1_704_326_400 * SECOND_NS, "abort")
+    );
+    assert!(c.abort_of("other", m).is_none());
 }

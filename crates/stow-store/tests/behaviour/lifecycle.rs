@@ -338,6 +338,20 @@ pub(crate) fn lifecycle_never_removes_locked_versions(make: Make) {
     )
     .unwrap();
     put(s, "vault", "kept", b"new");
+    // GOVERNANCE yields to the bypass, which expiry never asks for.
+    let governed = put(s, "vault", "gov", b"old");
+    s.set_object_retention(
+        "vault",
+        "gov",
+        governed.version_id.as_deref(),
+        Some(Retention {
+            mode: LockMode::Governance,
+            until_ns: now() + 3600 * S,
+        }),
+        false,
+    )
+    .unwrap();
+    put(s, "vault", "gov", b"new");
     let free = put(s, "vault", "free", b"old");
     put(s, "vault", "free", b"new");
     set(
@@ -346,8 +360,8 @@ pub(crate) fn lifecycle_never_removes_locked_versions(make: Make) {
         vec![noncurrent("nc", "", 1, None), expire("cur", "", 100)],
     );
     let r = s.expire_due(now() + 15 * S, DAY).unwrap();
-    assert_eq!((r.noncurrent_deleted, r.locked), (1, 2), "{r:?}");
-    for (key, v) in [("held", &held), ("kept", &retained)] {
+    assert_eq!((r.noncurrent_deleted, r.locked), (1, 3), "{r:?}");
+    for (key, v) in [("held", &held), ("kept", &retained), ("gov", &governed)] {
         let read = s
             .get_object_version("vault", key, v.version_id.as_deref(), None, None)
             .unwrap();
@@ -362,7 +376,7 @@ pub(crate) fn lifecycle_never_removes_locked_versions(make: Make) {
     // Expiring a locked current version only writes a delete marker over
     // it: the version itself stays.
     let r = s.expire_due(now() + 2000 * S, DAY).unwrap();
-    assert!(r.expired >= 2, "{r:?}");
+    assert!(r.expired >= 3, "{r:?}");
     let read = s
         .get_object_version("vault", "held", held.version_id.as_deref(), None, None)
         .unwrap();
