@@ -111,6 +111,8 @@ def test_configuration_round_trip(s3):
      "MalformedXML"),
     ({"ID": "a", "Status": "Enabled", "Filter": {"Prefix": "p", "ObjectSizeLessThan": 5},
       "Expiration": {"Days": 1}}, "MalformedXML"),
+    ({"ID": "a", "Status": "Enabled", "Filter": {"And": {"Prefix": "p"}},
+      "Expiration": {"Days": 1}}, "MalformedXML"),
     ({"ID": "a", "Status": "Enabled", "Prefix": "",
       "Expiration": {"Date": datetime.datetime(2030, 1, 1, 12, tzinfo=datetime.timezone.utc)}},
      "InvalidArgument"),

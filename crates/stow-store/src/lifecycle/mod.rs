@@ -364,6 +364,17 @@ fn validate_filter(f: &LifecycleFilter) -> Result<()> {
     }
     check_sizes(f.size_greater_than, f.size_less_than)?;
     if let Some(and) = &f.and {
+        let predicates = usize::from(and.prefix.is_some())
+            + and.tags.len()
+            + usize::from(and.size_greater_than.is_some())
+            + usize::from(and.size_less_than.is_some());
+        if predicates < 2 {
+            return Err(malformed(
+                "an And combines two or more of Prefix, Tag, ObjectSizeGreaterThan and \
+                 ObjectSizeLessThan"
+                    .into(),
+            ));
+        }
         let mut keys = std::collections::BTreeSet::new();
         for tag in &and.tags {
             validate_tag(tag)?;

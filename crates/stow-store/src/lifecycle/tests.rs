@@ -92,6 +92,15 @@ fn validation_follows_s3() {
         ..Default::default()
     });
     assert_eq!(code(vec![f.clone()]), "invalid_argument");
+    // An And of one predicate is refused (S3 wants two or more).
+    f.filter = Some(LifecycleFilter {
+        and: Some(FilterAnd {
+            prefix: Some("p/".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    assert_eq!(code(vec![f.clone()]), "malformed_lifecycle");
     // Dates at midnight UTC only; one of Days, Date, the marker flag.
     let mut d = rule("d");
     d.expiration = Some(Expiration {
