@@ -304,6 +304,55 @@ pub trait ObjectBackend: Send + Sync + 'static {
             None => self.get_object(bucket, key, range),
         }
     }
+    /// Whether objects can be sealed with customer-provided keys (SSE-C).
+    /// A protocol server refuses such keys (`not_implemented`, see
+    /// [`no_customer_keys`]) before calling a backend that cannot.
+    fn supports_customer_keys(&self) -> bool {
+        false
+    }
+    /// [`ObjectBackend::get_object_version`] with the request's customer
+    /// key (SSE-C): an object sealed with one opens only with it.
+    fn get_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        range: Option<ByteRange>,
+        part: Option<u32>,
+        sse: Option<&crate::CustomerKey>,
+    ) -> Result<ObjectRead> {
+        if sse.is_some() {
+            return Err(no_customer_keys(self.backend_name()));
+        }
+        self.get_object_version(bucket, key, version, range, part)
+    }
+    /// [`ObjectBackend::head_object_version`] with the request's customer
+    /// key (SSE-C), refused unless it is the object's own (none for a
+    /// plain object), as S3's HeadObject is.
+    fn head_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        sse: Option<&crate::CustomerKey>,
+    ) -> Result<ObjectMeta> {
+        if sse.is_some() {
+            return Err(no_customer_keys(self.backend_name()));
+        }
+        self.head_object_version(bucket, key, version)
+    }
+    /// Checks that `sse` is the customer key a multipart upload was
+    /// created with (a completion that names one).
+    fn check_upload_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        sse: &crate::CustomerKey,
+    ) -> Result<()> {
+        let _ = (bucket, key, upload_id, sse);
+        Err(no_customer_keys(self.backend_name()))
+    }
     /// Deletes the latest version (`None`) or one version for good.
     fn delete_object_version(
         &self,
@@ -430,6 +479,16 @@ fn only_null(bucket: &str, key: &str, version: Option<&str>) -> Result<()> {
 }
 
 /// The refusal of object lock by a backend that keeps no versions.
+/// The refusal of a customer-provided key (SSE-C) by a backend that keeps
+/// plain files.
+pub fn no_customer_keys(backend: &str) -> crate::StoreError {
+    crate::StoreError::NotImplemented {
+        reason: format!(
+            "{backend} keeps objects as plain files, so server-side encryption with customer-provided keys (SSE-C) is not available here"
+        ),
+    }
+}
+
 fn no_lock(backend: &str) -> crate::StoreError {
     crate::StoreError::NotImplemented {
         reason: format!("{backend} keeps no object versions, so it has no object lock"),
@@ -441,7 +500,7 @@ fn refuse_acl(backend: &str, acl: CannedAcl) -> Result<()> {
     if acl.is_private() {
         return Ok(());
     }
-    Err(crate::StoreError::InvalidArgument {
+    Err(crate::StoreError::NotImplemented {
         reason: format!(
             "{backend} does not store ACLs; only the canned ACL \"private\" is accepted (got {:?})",
             acl.as_str()
@@ -636,6 +695,38 @@ impl ObjectBackend for Store {
         part: Option<u32>,
     ) -> Result<ObjectRead> {
         Store::get_object_version(self, bucket, key, version, range, part)
+    }
+    fn supports_customer_keys(&self) -> bool {
+        true
+    }
+    fn get_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        range: Option<ByteRange>,
+        part: Option<u32>,
+        sse: Option<&crate::CustomerKey>,
+    ) -> Result<ObjectRead> {
+        Store::get_object_keyed(self, bucket, key, version, range, part, sse)
+    }
+    fn head_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        sse: Option<&crate::CustomerKey>,
+    ) -> Result<ObjectMeta> {
+        Store::head_object_keyed(self, bucket, key, version, sse)
+    }
+    fn check_upload_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        sse: &crate::CustomerKey,
+    ) -> Result<()> {
+        Store::check_upload_key(self, bucket, key, upload_id, sse)
     }
     fn delete_object_version(
         &self,

@@ -14,6 +14,23 @@ pub enum StoreError {
     /// The directory holds no store (and was not created).
     #[error("{dir} is not a stow-s3 data directory")]
     NoSuchStore { dir: PathBuf },
+    /// A customer-provided key's headers are incomplete or inconsistent
+    /// (SSE-C: the algorithm is not `AES256`, the key is not 32 bytes of
+    /// base64, its MD5 does not match, one header is missing).
+    #[error("{reason}")]
+    InvalidEncryptionKey { reason: String },
+    /// The object (or upload) was written with a customer-provided key and
+    /// the request gave none.
+    #[error("The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object.")]
+    EncryptionKeyMissing,
+    /// The request gave a customer-provided key for an object (or upload)
+    /// written without one.
+    #[error("The encryption parameters are not applicable to this object.")]
+    EncryptionNotApplicable,
+    /// The request's customer-provided key is not the one the object (or
+    /// upload) was written with.
+    #[error("The provided customer key does not match the key the object was encrypted with.")]
+    WrongEncryptionKey,
     /// The bucket name breaks S3's bucket naming rules.
     #[error("invalid bucket name {name:?}: {reason}")]
     InvalidBucketName { name: String, reason: &'static str },
@@ -175,6 +192,10 @@ impl StoreError {
         match self {
             StoreLocked { .. } => "store_locked",
             NoSuchStore { .. } => "no_such_store",
+            InvalidEncryptionKey { .. } => "invalid_encryption_key",
+            EncryptionKeyMissing => "encryption_key_missing",
+            EncryptionNotApplicable => "encryption_not_applicable",
+            WrongEncryptionKey => "wrong_encryption_key",
             InvalidBucketName { .. } => "invalid_bucket_name",
             InvalidKey { .. } => "invalid_key",
             KeyTooLong { .. } => "key_too_long",

@@ -152,8 +152,16 @@ impl Store {
     }
 
     fn get_in(&self, conn: &rusqlite::Connection, rec: &Record) -> Result<Vec<u8>> {
-        let mut body =
-            crate::store::ObjectBody::plan(conn, &self.inner.blobs, &rec.extents, 0, rec.size)?;
+        // An object sealed with a customer key (SSE-C) is not read here.
+        crate::encryption::check_key(rec.props.sse_c.as_ref(), None)?;
+        let mut body = crate::store::ObjectBody::plan(
+            conn,
+            &self.inner.blobs,
+            &rec.extents,
+            0,
+            rec.size,
+            None,
+        )?;
         let mut out = Vec::with_capacity(rec.size as usize);
         body.read_to_end(&mut out)?;
         Ok(out)
@@ -191,6 +199,7 @@ impl Store {
             None,
             None,
             req.request_key.is_some(),
+            None,
         )?;
         let meaning = staged
             .digests
@@ -205,6 +214,7 @@ impl Store {
                 props,
                 checksum,
                 parts: Vec::new(),
+                sse_c: None,
             },
             extents: vec![Extent {
                 blob: staged.id,

@@ -82,7 +82,10 @@ impl Store {
             let parts = load_parts(conn, upload_id)?;
             let chosen = choose_parts(&parts, listed)?;
             let rec = completed_record(up, &chosen, full.as_ref(), expected.as_ref())?;
-            let body = ObjectBody::plan(conn, &self.inner.blobs, &rec.extents, 0, rec.size)?;
+            // A file tree keeps plaintext: an upload sealed with a
+            // customer key (SSE-C) is never joined into one.
+            crate::encryption::check_key(rec.props.sse_c.as_ref(), None)?;
+            let body = ObjectBody::plan(conn, &self.inner.blobs, &rec.extents, 0, rec.size, None)?;
             Ok(Some((rec, body)))
         })?;
         let Some((rec, mut body)) = planned else {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::checksum::{Checksum, ChecksumAlgorithm, ChecksumType};
+use crate::encryption::CustomerKey;
 use crate::lock::ObjectLock;
 
 /// Caller-controlled properties of an object, fixed at write time.
@@ -162,6 +163,8 @@ pub struct PutOptions {
     /// Checksums known only once the body has been read.
     pub trailing_checksums: Option<TrailingChecksums>,
     pub condition: WriteCondition,
+    /// Seals the bytes with this customer key (SSE-C); reads then need it.
+    pub encryption: Option<CustomerKey>,
 }
 
 /// Options of a copy.
@@ -182,6 +185,13 @@ pub struct CopyOptions {
     /// The copy's object lock: never the source's (as in S3); empty takes
     /// the destination bucket's default retention.
     pub lock: ObjectLock,
+    /// The source's customer key (SSE-C), needed when it was written with
+    /// one.
+    pub source_key: Option<CustomerKey>,
+    /// The copy's customer key (SSE-C): the copy is sealed with it. A copy
+    /// under the source's own key shares its bytes; any other change of
+    /// key (or to or from none) rewrites them.
+    pub encryption: Option<CustomerKey>,
 }
 
 /// HTTP-style conditions on a read (or a copy source).
@@ -309,6 +319,8 @@ pub struct CreateUploadOptions {
     pub checksum_algorithm: Option<ChecksumAlgorithm>,
     /// Defaults to composite when an algorithm is set.
     pub checksum_type: Option<ChecksumType>,
+    /// The upload's customer key (SSE-C): every part must be sent with it.
+    pub encryption: Option<CustomerKey>,
 }
 
 /// Options of one part upload.
@@ -320,6 +332,8 @@ pub struct PartOptions {
     pub checksum_algorithm: Option<ChecksumAlgorithm>,
     /// Checksums known only once the body has been read.
     pub trailing_checksums: Option<TrailingChecksums>,
+    /// The part's customer key (SSE-C): the upload's own key.
+    pub encryption: Option<CustomerKey>,
 }
 
 /// An in-flight multipart upload.

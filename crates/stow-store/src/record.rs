@@ -29,6 +29,10 @@ pub(crate) struct StoredProps {
     pub checksum: Option<Checksum>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartSummary>,
+    /// The record of the customer key the bytes are sealed with (SSE-C);
+    /// absent for plain bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse_c: Option<crate::encryption::KeyRecord>,
 }
 
 /// One object row.

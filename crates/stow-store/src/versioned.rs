@@ -4,6 +4,7 @@
 
 use rusqlite::{params, Connection};
 
+use crate::encryption::CustomerKey;
 use crate::error::{Result, StoreError};
 use crate::list::successor;
 use crate::model::*;
@@ -81,7 +82,42 @@ impl Store {
         range: Option<ByteRange>,
         part: Option<u32>,
     ) -> Result<ObjectRead> {
-        self.get_object_with(bucket, key, version, range, part)
+        self.get_object_with(bucket, key, version, range, part, None)
+    }
+
+    /// [`Store::get_object_version`] of an object written with a customer
+    /// key (SSE-C): `sse` must be that key; `None` reads a plain object.
+    pub fn get_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        range: Option<ByteRange>,
+        part: Option<u32>,
+        sse: Option<&CustomerKey>,
+    ) -> Result<ObjectRead> {
+        self.get_object_with(bucket, key, version, range, part, sse)
+    }
+
+    /// [`Store::head_object_version`], refused unless `sse` is the
+    /// customer key the object was written with (none for a plain
+    /// object), as S3's HeadObject is.
+    pub fn head_object_keyed(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        sse: Option<&CustomerKey>,
+    ) -> Result<ObjectMeta> {
+        validate::bucket_name(bucket)?;
+        validate::object_key(key)?;
+        let version = version.map(VersionRef::parse).transpose()?;
+        self.inner.db.read(|conn| {
+            let b = versions::bucket(conn, bucket)?;
+            let rec = versions::lookup(conn, b, bucket, key, version.as_ref())?;
+            crate::encryption::check_key(rec.props.sse_c.as_ref(), sse)?;
+            Ok(versions::meta_in(&rec, b, bucket, key))
+        })
     }
 
     /// Deletes an object as S3 does: without a version ID the latest

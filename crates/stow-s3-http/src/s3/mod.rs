@@ -16,6 +16,7 @@ mod listing;
 mod lock;
 mod multipart;
 mod reads;
+mod sse;
 mod tagging;
 mod versions;
 mod writes;

@@ -42,10 +42,20 @@ pub(super) async fn create_multipart_upload(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?;
+    let encryption = super::sse::customer_key(
+        svc.store.as_ref(),
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(encryption.as_ref());
     let mut opts = store::CreateUploadOptions {
         props: props_of!(input),
         checksum_algorithm: alg,
         checksum_type: kind,
+        encryption,
     };
     opts.props.lock = lock;
     let store = svc.store.clone();
@@ -66,6 +76,8 @@ pub(super) async fn create_multipart_upload(
         checksum_algorithm: alg.map(dto_alg),
         checksum_type: alg
             .map(|_| dto_checksum_type(kind.unwrap_or(store::ChecksumType::Composite))),
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         ..Default::default()
     }))
 }
@@ -80,11 +92,19 @@ pub(super) async fn upload_part(
     let input = req.input;
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
+    let encryption = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(encryption.as_ref());
     let opts = store::PartOptions {
         content_md5: input.content_md5,
         expected_checksums: supplied,
         checksum_algorithm: declared.or(trailer),
         trailing_checksums: trailer.and(trailing_checksums),
+        encryption,
     };
     let mut reader = request_reader(input.body, input.content_length).await;
     let store = svc.store.clone();
@@ -101,6 +121,8 @@ pub(super) async fn upload_part(
         checksum_crc64nvme: c.crc64nvme,
         checksum_sha1: c.sha1,
         checksum_sha256: c.sha256,
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         ..Default::default()
     }))
 }
@@ -141,16 +163,31 @@ pub(super) async fn upload_part_copy(
         input.copy_source_if_modified_since,
         input.copy_source_if_unmodified_since,
     );
+    // Customer keys (SSE-C): the source's, and the upload's own.
+    let source_key = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.copy_source_sse_customer_algorithm.as_deref(),
+        input.copy_source_sse_customer_key.as_deref(),
+        input.copy_source_sse_customer_key_md5.as_deref(),
+    )?;
+    let encryption = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(encryption.as_ref());
     let store = svc.store.clone();
     let (bucket, key, upload) = (input.bucket, input.key, input.upload_id);
     let number = i64::from(input.part_number);
     let info = tokio::task::spawn_blocking(move || {
-        let read = match store.get_object_version(
+        let read = match store.get_object_keyed(
             &src_bucket,
             &src_key,
             src_version.as_deref(),
             range,
             None,
+            source_key.as_ref(),
         ) {
             Err(StoreError::InvalidRange { size }) => return Err(copy_range_outside(size)),
             r => r.map_err(to_s3)?,
@@ -173,7 +210,10 @@ pub(super) async fn upload_part_copy(
                 &upload,
                 number,
                 &mut body,
-                store::PartOptions::default(),
+                store::PartOptions {
+                    encryption,
+                    ..Default::default()
+                },
             )
             .map_err(to_s3)
     })
@@ -185,6 +225,8 @@ pub(super) async fn upload_part_copy(
             last_modified: Some(timestamp(info.last_modified_ns)),
             ..Default::default()
         }),
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         ..Default::default()
     }))
 }
@@ -236,9 +278,19 @@ pub(super) async fn complete_multipart_upload(
     ]
     .into_iter()
     .find_map(|(alg, v)| v.map(|v| (alg, v)));
+    // A completion that names a customer key (SSE-C) names the upload's.
+    let sse = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
     let store = svc.store.clone();
     let (bucket, key, upload) = (input.bucket.clone(), input.key.clone(), input.upload_id);
     let meta: ObjectMeta = blocking(move || {
+        if let Some(sse) = &sse {
+            store.check_upload_key(&bucket, &key, &upload, sse)?;
+        }
         store.complete_upload_checked(&bucket, &key, &upload, &parts, condition, expected)
     })
     .await?;

@@ -32,10 +32,17 @@ pub(super) async fn get_object(
             "Cannot specify both Range header and partNumber query parameter"
         ));
     }
+    let sse = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(sse.as_ref());
     let (bucket, key, version) = (input.bucket, input.key, input.version_id);
     let latest = version.is_none();
     let open = move |store: &dyn ObjectBackend| {
-        store.get_object_version(&bucket, &key, version.as_deref(), range, part)
+        store.get_object_keyed(&bucket, &key, version.as_deref(), range, part, sse.as_ref())
     };
     let checked = move |read: Result<store::ObjectRead, StoreError>| {
         let read = match read {
@@ -100,6 +107,8 @@ pub(super) async fn get_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         expiration: latest
             .then(|| super::lifecycle::expiration_of(svc.store.as_ref(), &meta))
             .flatten(),
@@ -123,9 +132,18 @@ pub(super) async fn head_object(
         input.if_modified_since,
         input.if_unmodified_since,
     );
+    let sse = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(sse.as_ref());
     let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
-        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
+        .point_read(move |store| {
+            store.head_object_keyed(&bucket, &key, version.as_deref(), sse.as_ref())
+        })
         .await?;
     read_condition(conditions.check(&meta), &meta)?;
     let (length, content_range, parts_count) = match input.part_number {
@@ -171,6 +189,8 @@ pub(super) async fn head_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         expiration: input
             .version_id
             .is_none()
@@ -201,9 +221,17 @@ pub(super) async fn get_object_attributes(
         })
         .collect();
     let want = |name: &str| wanted.iter().any(|w| w == name);
+    let sse = super::sse::plain_key(
+        svc.store.as_ref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
     let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
-        .point_read(move |store| store.head_object_version(&bucket, &key, version.as_deref()))
+        .point_read(move |store| {
+            store.head_object_keyed(&bucket, &key, version.as_deref(), sse.as_ref())
+        })
         .await?;
     // A composite checksum keeps its `-N` part count here too, as on
     // GET/HEAD (ceph/s3-tests' multipart checksum tests; issue 29).

@@ -38,14 +38,27 @@ pub(super) async fn put_object(
         content_md5: input.content_md5,
         trailing_checksums: trailer.and(trailing_checksums),
         condition: write_condition(input.if_match, input.if_none_match)?,
+        encryption: None,
     };
     opts.props.lock = lock;
+    opts.encryption = super::sse::customer_key(
+        svc.store.as_ref(),
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let echo = super::sse::Echo::of(opts.encryption.as_ref());
     let body = request_body(input.body, input.content_length).await;
     let (bucket, key) = (input.bucket, input.key);
     let meta = match body {
         // A small body of a plain store commits without a blocking
-        // thread: the request waits for the store's commit thread.
-        RequestBody::Complete(bytes) if bytes.len() <= svc.store.detached_put_max() => {
+        // thread: the request waits for the store's commit thread. (A body
+        // to seal with a customer key is encrypted on a blocking thread.)
+        RequestBody::Complete(bytes)
+            if bytes.len() <= svc.store.detached_put_max() && opts.encryption.is_none() =>
+        {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let done = Box::new(move |r| {
                 let _ = tx.send(r);
@@ -70,6 +83,8 @@ pub(super) async fn put_object(
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
         version_id: written_version(&meta),
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
         ..Default::default()
     });
@@ -176,6 +191,8 @@ pub(super) async fn copy_object(
         input.object_lock_legal_hold_status.as_ref(),
     )?;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
+    let (encryption, source_key) = super::sse::copy_keys(svc.store.as_ref(), &input)?;
+    let echo = super::sse::Echo::of(encryption.as_ref());
     let replace = match input
         .metadata_directive
         .as_ref()
@@ -196,8 +213,11 @@ pub(super) async fn copy_object(
         Some(d) if d == "REPLACE" => true,
         Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive")),
     };
+    // A copy onto itself that changes its encryption is a change.
+    let rekeyed = encryption.is_some() || source_key.is_some();
     if !replace
         && !replace_tags
+        && !rekeyed
         && src_bucket == input.bucket
         && src_key == input.key
         && src_version.is_none()
@@ -241,6 +261,8 @@ pub(super) async fn copy_object(
         acl,
         source_version: src_version.clone(),
         lock,
+        source_key,
+        encryption,
     };
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket, input.key);
@@ -262,6 +284,8 @@ pub(super) async fn copy_object(
         version_id: written_version(&meta),
         copy_source_version_id,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
+        sse_customer_algorithm: echo.algorithm,
+        sse_customer_key_md5: echo.key_md5,
         ..Default::default()
     }))
 }

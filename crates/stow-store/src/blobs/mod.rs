@@ -76,11 +76,24 @@ pub(crate) struct Staged {
     /// `Some` for bodies stored inline.
     pub inline: Option<Vec<u8>>,
     pub digests: BodyDigests,
+    /// Bytes kept (the blob row's size): the body's size, or for a sealed
+    /// body (SSE-C) its sealed size.
+    pub stored: u64,
+    /// The opaque digest a sealed body's ETag stands for (SSE-C; see
+    /// `CustomerKey::etag_digest`), in place of the plaintext's MD5.
+    pub opaque_etag: Option<[u8; 16]>,
     store: Arc<BlobStore>,
     armed: bool,
 }
 
 impl Staged {
+    /// The digest the body's ETag stands for: the MD5 of the bytes
+    /// received, or for a sealed body an opaque one (an ETag never reveals
+    /// a digest of a customer-encrypted plaintext).
+    pub fn etag_md5(&self) -> [u8; 16] {
+        self.opaque_etag.unwrap_or(self.digests.md5)
+    }
+
     /// The commit referencing this body succeeded: keep it.
     pub fn keep(mut self) {
         self.armed = false;
@@ -234,6 +247,8 @@ impl BlobStore {
         if n <= INLINE_MAX {
             return Ok(Staged {
                 id,
+                stored: head.len() as u64,
+                opaque_etag: None,
                 inline: Some(head),
                 digests: hasher.finish(),
                 store: Arc::clone(self),
@@ -243,6 +258,8 @@ impl BlobStore {
         let mut staged = Staged {
             id,
             inline: None,
+            stored: 0,
+            opaque_etag: None,
             digests: BodyHasher::new(&[], false).finish(),
             store: Arc::clone(self),
             armed: true,
@@ -274,6 +291,7 @@ impl BlobStore {
             }
         }
         staged.digests = hasher.finish();
+        staged.stored = staged.digests.size;
         Ok(staged)
     }
 

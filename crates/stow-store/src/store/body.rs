@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::blobs::{BlobId, BlobReader, BlobStore, Staged};
 use crate::checksum::Checksum;
+use crate::encryption::{CustomerKey, KeyRecord, Opener};
 use crate::error::{Result, StoreError};
 use crate::model::*;
 use crate::record::Extent;
@@ -26,6 +27,8 @@ pub struct ReceivedBody {
     /// The properties of the request, normalized.
     pub props: ObjectProps,
     pub(super) staged: Staged,
+    /// The record of the customer key the bytes were sealed with (SSE-C).
+    pub(super) sealed: Option<KeyRecord>,
 }
 
 impl std::fmt::Debug for ReceivedBody {
@@ -42,6 +45,13 @@ impl ReceivedBody {
     /// `mode`, atomically replacing what is there; the parent directory
     /// must exist. Large bodies are renamed, not copied.
     pub fn persist_as(self, path: &Path, mode: u32) -> Result<()> {
+        if self.sealed.is_some() {
+            // A file tree keeps plaintext: a sealed body never goes there.
+            return Err(StoreError::NotImplemented {
+                reason: "an object encrypted with a customer key cannot be kept as a plain file"
+                    .into(),
+            });
+        }
         self.staged.persist_as(path, mode).map_err(StoreError::from)
     }
 }
@@ -61,6 +71,11 @@ enum Piece {
     Blob(BlobId, u64, u64),
     Open(io::Take<BlobReader>),
     File(io::Take<File>),
+    /// A sealed blob (SSE-C) not yet opened: id, plaintext size, offset
+    /// and bytes to take.
+    SealedBlob(BlobId, u64, u64, u64),
+    /// A sealed body being decrypted.
+    Sealed(Box<Opener<BlobReader>>),
 }
 
 /// The MD5 a single-part ETag (`"<32 hex>"`) stands for; `None` for a
@@ -80,6 +95,8 @@ pub(super) fn plain_etag_md5(etag: &str) -> Option<[u8; 16]> {
 /// Streams an object's bytes (or a range of them) across its blobs.
 pub struct ObjectBody {
     blobs: Option<Arc<BlobStore>>,
+    /// The customer key of a sealed body (SSE-C).
+    key: Option<CustomerKey>,
     pieces: std::collections::VecDeque<Piece>,
     len: u64,
     /// A whole small object is checked against its ETag as it is read: the
@@ -101,12 +118,16 @@ impl std::fmt::Debug for ObjectBody {
 }
 
 impl ObjectBody {
+    /// A reader of `len` bytes from `offset` of the body made of
+    /// `extents`; `key` opens a sealed body (SSE-C), whose key the caller
+    /// has checked against the object's record.
     pub(crate) fn plan(
         conn: &Connection,
         blobs: &Arc<BlobStore>,
         extents: &[Extent],
         offset: u64,
         len: u64,
+        key: Option<&CustomerKey>,
     ) -> Result<Self> {
         let mut pieces = std::collections::VecDeque::new();
         let mut data = conn.prepare_cached("SELECT data FROM blobs WHERE id = ?1")?;
@@ -124,21 +145,43 @@ impl ObjectBody {
                 .query_row([e.blob.0], |r| r.get(0))
                 .optional()?
                 .ok_or_else(|| StoreError::Corrupt(format!("blob {} is missing", e.blob.0)))?;
-            pieces.push_back(match inline {
-                Some(bytes) => Piece::Inline(bytes[from as usize..(from + take) as usize].to_vec()),
-                None => Piece::Blob(e.blob, from, take),
+            pieces.push_back(match (inline, key) {
+                (Some(bytes), None) => {
+                    Piece::Inline(bytes[from as usize..(from + take) as usize].to_vec())
+                }
+                (None, None) => Piece::Blob(e.blob, from, take),
+                (Some(bytes), Some(k)) => {
+                    // Decrypted now: an inline body is small, and a body
+                    // in memory is read without waiting on the disk.
+                    let reader = BlobReader::Memory(io::Cursor::new(Arc::from(bytes)));
+                    let mut opened = Opener::new(reader, k.clone(), e.size, from, take);
+                    let mut plain = Vec::with_capacity(take as usize);
+                    opened
+                        .read_to_end(&mut plain)
+                        .map_err(|err| StoreError::Corrupt(format!("blob {}: {err}", e.blob.0)))?;
+                    Piece::Inline(plain)
+                }
+                (None, Some(_)) => Piece::SealedBlob(e.blob, e.size, from, take),
             });
         }
         // A simple object's one blob is opened inside the read snapshot, so
         // a concurrent overwrite cannot take it away mid-read.
         if pieces.len() == 1 {
-            if let Some(Piece::Blob(id, from, take)) = pieces.front() {
-                let opened = open_at(blobs, *id, *from, *take)?;
-                pieces[0] = Piece::Open(opened);
+            match (pieces.front(), key) {
+                (Some(Piece::Blob(id, from, take)), _) => {
+                    let opened = open_at(blobs, *id, *from, *take)?;
+                    pieces[0] = Piece::Open(opened);
+                }
+                (Some(Piece::SealedBlob(id, plain, from, take)), Some(k)) => {
+                    let opened = Opener::new(blobs.open(*id)?, k.clone(), *plain, *from, *take);
+                    pieces[0] = Piece::Sealed(Box::new(opened));
+                }
+                _ => {}
             }
         }
         Ok(ObjectBody {
             blobs: Some(Arc::clone(blobs)),
+            key: key.cloned(),
             pieces,
             len,
             verify: None,
@@ -158,6 +201,7 @@ impl ObjectBody {
         file.seek(SeekFrom::Start(offset))?;
         Ok(ObjectBody {
             blobs: None,
+            key: None,
             pieces: std::collections::VecDeque::from([Piece::File(file.take(len))]),
             len,
             verify: None,
@@ -241,13 +285,26 @@ impl ObjectBody {
                     *front = Piece::Open(opened);
                     continue;
                 }
+                Piece::SealedBlob(id, plain, from, take) => {
+                    let (Some(blobs), Some(key)) = (&self.blobs, &self.key) else {
+                        return Err(io::Error::other("sealed body without its key"));
+                    };
+                    let reader = blobs
+                        .open(*id)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    let opened = Opener::new(reader, key.clone(), *plain, *from, *take);
+                    *front = Piece::Sealed(Box::new(opened));
+                    continue;
+                }
                 Piece::Open(r) => r.read(buf)?,
                 Piece::File(r) => r.read(buf)?,
+                Piece::Sealed(r) => r.read(buf)?,
             };
             if n == 0 && !buf.is_empty() {
                 let left = match front {
                     Piece::Open(r) => r.limit(),
                     Piece::File(r) => r.limit(),
+                    Piece::Sealed(r) => r.left(),
                     _ => 0,
                 };
                 if left > 0 {

@@ -11,6 +11,7 @@ use super::{check_write_condition, Store};
 use crate::blobs::BlobId;
 use crate::checksum::{self, Checksum, ChecksumAlgorithm, ChecksumType};
 use crate::completed;
+use crate::encryption::{check_key, KeyRecord};
 use crate::error::{Result, StoreError};
 use crate::model::*;
 use crate::record::{self, Extent, Record, StoredProps};
@@ -27,6 +28,10 @@ pub(crate) struct UploadProps {
     checksum_algorithm: Option<ChecksumAlgorithm>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checksum_type: Option<ChecksumType>,
+    /// The record of the upload's customer key (SSE-C): every part is
+    /// sealed with that key, and the object keeps the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sse_c: Option<KeyRecord>,
 }
 
 pub(crate) struct PartRow {
@@ -96,7 +101,14 @@ impl Store {
             checksum_type: opts
                 .checksum_type
                 .or(opts.checksum_algorithm.map(|_| ChecksumType::Composite)),
+            sse_c: opts.encryption.as_ref().map(|k| k.record()),
         };
+        if props.sse_c.is_some() && props.checksum_type == Some(ChecksumType::FullObject) {
+            // Completion would have to decrypt every part to hash it.
+            return Err(StoreError::NotImplemented {
+                reason: "a full-object checksum with a customer-provided key (SSE-C) is not supported; use a composite checksum".into(),
+            });
+        }
         if props.checksum_type.is_some() && props.checksum_algorithm.is_none() {
             return Err(StoreError::InvalidArgument {
                 reason: "a checksum type needs a checksum algorithm".into(),
@@ -151,10 +163,13 @@ impl Store {
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
         let number = validate::part_number(part_number)?;
-        let alg = self.inner.db.read(|conn| {
+        let (alg, sealed) = self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
-            Ok(load_upload(conn, b, key, upload_id)?.checksum_algorithm)
+            let up = load_upload(conn, b, key, upload_id)?;
+            Ok((up.checksum_algorithm, up.sse_c))
         })?;
+        // A part of a sealed upload comes with the upload's own key.
+        check_key(sealed.as_ref(), opts.encryption.as_ref())?;
         let (staged, kept) = self.stage_verified(
             body,
             alg.or(opts.checksum_algorithm),
@@ -162,11 +177,12 @@ impl Store {
             opts.content_md5.as_deref(),
             opts.trailing_checksums,
             false,
+            opts.encryption.as_ref(),
         )?;
         let info = PartInfo {
             part_number: number,
             size: staged.digests.size,
-            etag: checksum::etag_of_md5(&staged.digests.md5),
+            etag: checksum::etag_of_md5(&staged.etag_md5()),
             last_modified_ns: record::now_ns(),
             checksum: kept,
         };
@@ -178,18 +194,24 @@ impl Store {
         let (bucket, key, upload_id) = (bucket.to_string(), key.to_string(), upload_id.to_string());
         let blob = staged.id;
         let inline = staged.inline.clone();
+        let stored = staged.stored;
         let quota = self.inner.quota();
         let out = info.clone();
         self.inner.db.write(move |conn, fx| {
             let b = record::bucket_id(conn, &bucket)?;
-            load_upload(conn, b, &key, &upload_id)?;
+            let up = load_upload(conn, b, &key, &upload_id)?;
+            if up.sse_c != sealed {
+                // Never a part sealed under one record in an upload of
+                // another (the upload was replaced meanwhile).
+                return Err(StoreError::NoSuchUpload { upload_id });
+            }
             let old: Option<(i64, i64)> = conn
                 .prepare_cached("SELECT blob, size FROM parts WHERE upload = ?1 AND number = ?2")?
                 .query_row(params![upload_id, number], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             let old_size = old.map_or(0, |(_, s)| s);
             record::charge(conn, &quota, info.size as i64 - old_size, 0)?;
-            record::insert_blob(conn, fx, blob, info.size, inline.as_deref())?;
+            record::insert_blob(conn, fx, blob, stored, inline.as_deref())?;
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO parts (upload, number, blob, size, etag, modified_ns, checksum)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -214,6 +236,26 @@ impl Store {
         })?;
         staged.keep();
         Ok(out)
+    }
+
+    /// Checks that `sse` is the customer key (SSE-C) an upload was
+    /// created with: `encryption_not_applicable` for a plain upload,
+    /// `wrong_encryption_key` for another key.
+    pub fn check_upload_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        sse: &crate::CustomerKey,
+    ) -> Result<()> {
+        validate::bucket_name(bucket)?;
+        validate::object_key(key)?;
+        check_upload_id(upload_id)?;
+        self.inner.db.read(|conn| {
+            let b = record::bucket_id(conn, bucket)?;
+            let up = load_upload(conn, b, key, upload_id)?;
+            check_key(up.sse_c.as_ref(), Some(sse))
+        })
     }
 
     /// Lists parts in number order after `marker`, at most `max_parts`.
@@ -462,8 +504,9 @@ impl Store {
                 _ => None,
             };
             let total = extents.iter().map(|e| e.size).sum();
+            // (A sealed upload has no full-object checksum: create_upload.)
             let body = alg
-                .map(|_| super::ObjectBody::plan(conn, &self.inner.blobs, &extents, 0, total))
+                .map(|_| super::ObjectBody::plan(conn, &self.inner.blobs, &extents, 0, total, None))
                 .transpose()?;
             Ok((alg.zip(body), extents))
         })?;
@@ -680,6 +723,7 @@ pub(crate) fn completed_record(
         generation: record::new_generation(),
         props: StoredProps {
             props: up.props,
+            sse_c: up.sse_c,
             checksum,
             parts: chosen
                 .iter()

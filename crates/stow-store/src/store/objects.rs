@@ -12,14 +12,30 @@ use super::{
 };
 use crate::blobs::Staged;
 use crate::checksum::{self, BodyHasher, Checksum, ChecksumAlgorithm, ChecksumType};
+use crate::encryption::{check_key, CustomerKey, KeyRecord, Sealer};
 use crate::error::{Result, StoreError};
 use crate::model::*;
 use crate::record::{self, Extent, Record, StoredProps};
 use crate::{validate, versions};
 
+/// Whether a copy keeps the source's bytes: both plain, or both sealed
+/// with the same customer key.
+fn shares_blobs(source: Option<&KeyRecord>, copy: Option<&CustomerKey>) -> bool {
+    match (source, copy) {
+        (None, None) => true,
+        (Some(r), Some(k)) => r.matches(k),
+        _ => false,
+    }
+}
+
 impl Store {
-    /// Receives a body and verifies the caller's digests. Nothing is
+    /// Receives a body and verifies the caller's digests (of the body as
+    /// sent); with `key` (SSE-C) it is sealed as it is staged. Nothing is
     /// committed yet.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each caller names what it verifies; a struct would only restate them"
+    )]
     pub(crate) fn stage_verified(
         &self,
         body: &mut dyn Read,
@@ -28,6 +44,7 @@ impl Store {
         content_md5: Option<&str>,
         trailing: Option<TrailingChecksums>,
         want_sha256: bool,
+        key: Option<&CustomerKey>,
     ) -> Result<(Staged, Option<Checksum>)> {
         let md5 = content_md5.map(checksum::decode_content_md5).transpose()?;
         let mut decoded = Vec::with_capacity(expected.len());
@@ -37,10 +54,22 @@ impl Store {
         let keep_alg = keep_alg.or_else(|| expected.first().map(|(a, _)| *a));
         let mut algs: Vec<ChecksumAlgorithm> = expected.iter().map(|(a, _)| *a).collect();
         algs.extend(keep_alg);
-        let staged = self
-            .inner
-            .blobs
-            .stage(body, BodyHasher::new(&algs, want_sha256))?;
+        let hasher = BodyHasher::new(&algs, want_sha256);
+        let staged = match key {
+            None => self.inner.blobs.stage(body, hasher)?,
+            Some(key) => {
+                // Sealed as it is received: the plaintext is hashed (the
+                // digests are of what the client sent) and never staged.
+                let mut sealer = Sealer::new(body, key, hasher);
+                let mut staged = self
+                    .inner
+                    .blobs
+                    .stage(&mut sealer, BodyHasher::new(&[], false))?;
+                staged.digests = sealer.finish();
+                staged.opaque_etag = Some(key.etag_digest(&staged.digests.md5));
+                staged
+            }
+        };
         if let Some(md5) = md5 {
             if md5 != staged.digests.md5 {
                 return Err(StoreError::BadDigest {
@@ -158,6 +187,7 @@ impl Store {
             checksum,
             props,
             staged,
+            sealed,
         } = received;
         let rec = Record {
             size,
@@ -168,6 +198,7 @@ impl Store {
                 props,
                 checksum,
                 parts: Vec::new(),
+                sse_c: sealed,
             },
             extents: vec![Extent {
                 blob: staged.id,
@@ -177,6 +208,7 @@ impl Store {
             seq: 0,
         };
         let inline = staged.inline.clone();
+        let stored = staged.stored;
         let (bucket_s, key_s) = (bucket.to_string(), key.to_string());
         let quota = self.inner.quota();
         let job = move |conn: &Connection, fx: &mut crate::db::Effects| {
@@ -186,7 +218,7 @@ impl Store {
             let mut rec = rec;
             rec.modified_ns = record::now_ns();
             rec.generation = record::new_generation();
-            record::insert_blob(conn, fx, rec.extents[0].blob, rec.size, inline.as_deref())?;
+            record::insert_blob(conn, fx, rec.extents[0].blob, stored, inline.as_deref())?;
             versions::install(conn, fx, &quota, b, &key_s, old, &mut rec)?;
             Ok(versions::meta_in(&rec, b, &bucket_s, &key_s))
         };
@@ -206,13 +238,15 @@ impl Store {
             opts.content_md5.as_deref(),
             opts.trailing_checksums,
             false,
+            opts.encryption.as_ref(),
         )?;
         Ok(ReceivedBody {
             size: staged.digests.size,
-            etag: checksum::etag_of_md5(&staged.digests.md5),
+            etag: checksum::etag_of_md5(&staged.etag_md5()),
             checksum,
             props,
             staged,
+            sealed: opts.encryption.as_ref().map(CustomerKey::record),
         })
     }
 
@@ -230,17 +264,20 @@ impl Store {
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<ObjectRead> {
-        self.get_object_with(bucket, key, None, range, None)
+        self.get_object_with(bucket, key, None, range, None, None)
     }
 
     /// Opens one part of a multipart object (part 1 of a simple object is
     /// the whole object).
     pub fn get_object_part(&self, bucket: &str, key: &str, part_number: u32) -> Result<ObjectRead> {
-        self.get_object_with(bucket, key, None, None, Some(part_number))
+        self.get_object_with(bucket, key, None, None, Some(part_number), None)
     }
 
     /// Opens `version` of an object (`"null"` for the null version, `None`
-    /// for the latest), whole, one byte range or one part.
+    /// for the latest), whole, one byte range or one part. An object
+    /// written with a customer key (SSE-C) opens only with `sse`, that key
+    /// (`encryption_key_missing`, `wrong_encryption_key`); a key for a
+    /// plain object is `encryption_not_applicable`.
     pub(crate) fn get_object_with(
         &self,
         bucket: &str,
@@ -248,6 +285,7 @@ impl Store {
         version: Option<&str>,
         range: Option<ByteRange>,
         part: Option<u32>,
+        sse: Option<&CustomerKey>,
     ) -> Result<ObjectRead> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
@@ -281,9 +319,13 @@ impl Store {
                 }
                 (None, None) => (0, rec.size),
             };
+            // The key is checked once the range or part is known to exist
+            // (a missing part is InvalidPart with or without the key).
+            check_key(rec.props.sse_c.as_ref(), sse)?;
             let ranged = range.is_some() || part.is_some();
-            let mut body = ObjectBody::plan(conn, &blobs, &rec.extents, offset, len)?;
-            if !ranged && rec.size <= VERIFIED_READ_LIMIT {
+            let mut body = ObjectBody::plan(conn, &blobs, &rec.extents, offset, len, sse)?;
+            // A sealed body is authenticated record by record instead.
+            if !ranged && rec.size <= VERIFIED_READ_LIMIT && sse.is_none() {
                 if let Some(md5) = body::plain_etag_md5(&rec.etag) {
                     body = body.verified(md5);
                 }
@@ -354,8 +396,22 @@ impl Store {
             .transpose()?;
         let replace = opts
             .replace_props
+            .clone()
             .map(validate::normalize_props)
             .transpose()?;
+        // Customer keys (SSE-C): the source opens only with its own key; a
+        // copy under that same key shares its blobs, any other change of key
+        // (or to or from none) rewrites the bytes.
+        let src_sealed = self.inner.db.read(|conn| {
+            let sbucket = versions::bucket(conn, src_bucket)?;
+            let src =
+                versions::lookup(conn, sbucket, src_bucket, src_key, source_version.as_ref())?;
+            Ok(src.props.sse_c)
+        })?;
+        check_key(src_sealed.as_ref(), opts.source_key.as_ref())?;
+        if !shares_blobs(src_sealed.as_ref(), opts.encryption.as_ref()) {
+            return self.copy_rewritten(src_bucket, src_key, dst_bucket, dst_key, opts, replace);
+        }
         let (sb, sk, db, dk) = (
             src_bucket.to_string(),
             src_key.to_string(),
@@ -366,6 +422,11 @@ impl Store {
         self.inner.db.write(move |conn, fx| {
             let sbucket = versions::bucket(conn, &sb)?;
             let src = versions::lookup(conn, sbucket, &sb, &sk, source_version.as_ref())?;
+            // The source may have changed since its keys were looked at.
+            check_key(src.props.sse_c.as_ref(), opts.source_key.as_ref())?;
+            if !shares_blobs(src.props.sse_c.as_ref(), opts.encryption.as_ref()) {
+                return Err(StoreError::Conflict);
+            }
             if opts.source.check(&src.meta(&sb, &sk)) != ConditionCheck::Pass {
                 return Err(StoreError::PreconditionFailed {
                     reason: "copy source condition did not hold",
@@ -386,6 +447,53 @@ impl Store {
             versions::install(conn, fx, &quota, dbucket, &dk, old, &mut rec)?;
             Ok(versions::meta_in(&rec, dbucket, &db, &dk))
         })
+    }
+
+    /// A copy that cannot share the source's blobs: its key differs from
+    /// the source's (or one of them has none), so the bytes are read,
+    /// decrypted and sealed again (or written plain). This is a byte copy,
+    /// unavoidable when the bytes at rest change.
+    fn copy_rewritten(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+        replace: Option<ObjectProps>,
+    ) -> Result<ObjectMeta> {
+        let read = self.get_object_with(
+            src_bucket,
+            src_key,
+            opts.source_version.as_deref(),
+            None,
+            None,
+            opts.source_key.as_ref(),
+        )?;
+        if opts.source.check(&read.meta) != ConditionCheck::Pass {
+            return Err(StoreError::PreconditionFailed {
+                reason: "copy source condition did not hold",
+            });
+        }
+        let mut props = replace.unwrap_or_else(|| read.meta.props.clone());
+        props.acl = opts.acl;
+        props.lock = opts.lock;
+        // A full-object checksum is computed again over the same bytes.
+        let keep = read
+            .meta
+            .checksum
+            .as_ref()
+            .filter(|c| c.kind == ChecksumType::FullObject)
+            .map(|c| c.algorithm);
+        let put = PutOptions {
+            props,
+            checksum_algorithm: keep,
+            condition: opts.condition,
+            encryption: opts.encryption,
+            ..PutOptions::default()
+        };
+        let mut body = read.body;
+        self.put_object(dst_bucket, dst_key, &mut body, put)
     }
 
     /// Lists a bucket in key byte order from the key index.

@@ -15,6 +15,7 @@ mod bucket_listing;
 mod conditional;
 mod cors;
 mod lifecycle;
+mod encryption;
 mod lock;
 mod objects;
 mod saves;
@@ -24,6 +25,7 @@ use bucket_listing::*;
 use conditional::*;
 use cors::*;
 use lifecycle::*;
+use encryption::*;
 use lock::*;
 use objects::*;
 use saves::*;
@@ -63,6 +65,9 @@ on_both_backends!(
     lifecycle_aborts_uploads,
     lifecycle_never_removes_locked_versions,
     lifecycle_expires_in_batches,
+    sealed_objects,
+    sealed_copies,
+    sealed_multipart,
 );
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {

@@ -1,0 +1,93 @@
+//! Customer-provided keys (SSE-C) on the wire: the
+//! `x-amz-server-side-encryption-customer-*` headers (and their
+//! `x-amz-copy-source-` forms) read into a `stow_store::CustomerKey`, and
+//! echoed on answers. The keys' checks and the encryption are the store's.
+
+use s3s::dto::{CopyObjectInput, ServerSideEncryption};
+use s3s::{s3_error, S3Result};
+use stow_store::{CustomerKey, ObjectBackend, CUSTOMER_KEY_ALGORITHM};
+
+use crate::errors::to_s3;
+
+/// The key a request's SSE-C headers give (`None` without them): malformed
+/// headers are InvalidArgument; SSE-C beside `x-amz-server-side-encryption`
+/// (`AES256`, `aws:kms`) or a KMS key is InvalidArgument, as on S3; a
+/// backend that keeps plain files refuses with NotImplemented.
+pub(super) fn customer_key(
+    store: &dyn ObjectBackend,
+    sse: Option<&ServerSideEncryption>,
+    kms_key: Option<&str>,
+    algorithm: Option<&str>,
+    key: Option<&str>,
+    key_md5: Option<&str>,
+) -> S3Result<Option<CustomerKey>> {
+    let given = CustomerKey::from_headers(algorithm, key, key_md5).map_err(to_s3)?;
+    if given.is_some() && (sse.is_some() || kms_key.is_some()) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Server Side Encryption with Customer provided key is incompatible with the encryption method specified"
+        ));
+    }
+    usable(store, given)
+}
+
+/// The key of a request that can only name SSE-C (reads, parts, the
+/// `x-amz-copy-source-` headers of a copy).
+pub(super) fn plain_key(
+    store: &dyn ObjectBackend,
+    algorithm: Option<&str>,
+    key: Option<&str>,
+    key_md5: Option<&str>,
+) -> S3Result<Option<CustomerKey>> {
+    usable(
+        store,
+        CustomerKey::from_headers(algorithm, key, key_md5).map_err(to_s3)?,
+    )
+}
+
+/// A copy's customer keys (SSE-C): its own (the copy is sealed with it),
+/// and the source's (`x-amz-copy-source-server-side-encryption-customer-*`).
+pub(super) fn copy_keys(
+    store: &dyn ObjectBackend,
+    input: &CopyObjectInput,
+) -> S3Result<(Option<CustomerKey>, Option<CustomerKey>)> {
+    let own = customer_key(
+        store,
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+        input.sse_customer_algorithm.as_deref(),
+        input.sse_customer_key.as_deref(),
+        input.sse_customer_key_md5.as_deref(),
+    )?;
+    let source = plain_key(
+        store,
+        input.copy_source_sse_customer_algorithm.as_deref(),
+        input.copy_source_sse_customer_key.as_deref(),
+        input.copy_source_sse_customer_key_md5.as_deref(),
+    )?;
+    Ok((own, source))
+}
+
+fn usable(store: &dyn ObjectBackend, key: Option<CustomerKey>) -> S3Result<Option<CustomerKey>> {
+    if key.is_some() && !store.supports_customer_keys() {
+        return Err(to_s3(stow_store::no_customer_keys(store.backend_name())));
+    }
+    Ok(key)
+}
+
+/// The SSE-C headers an answer echoes: the algorithm and the key's MD5 of
+/// the key the request used (S3 never returns the key).
+pub(super) struct Echo {
+    pub algorithm: Option<String>,
+    pub key_md5: Option<String>,
+}
+
+impl Echo {
+    /// What to echo for a request that used `key` (nothing without one).
+    pub fn of(key: Option<&CustomerKey>) -> Self {
+        Echo {
+            algorithm: key.map(|_| CUSTOMER_KEY_ALGORITHM.to_string()),
+            key_md5: key.map(|k| k.key_md5().to_string()),
+        }
+    }
+}
