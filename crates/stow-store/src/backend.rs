@@ -1,6 +1,12 @@
 //! [`ObjectBackend`]: the object operations a protocol server needs, so one
 //! server can serve a [`Store`] or a view built on one (a workspace bucket).
+//!
+//! Long because the trait is the whole contract a backend keeps: each
+//! operation with the default of a backend that keeps less (no versions,
+//! no ACLs, no bucket settings), and the store's forwarding impl, in one
+//! place.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use crate::error::Result;
@@ -101,8 +107,100 @@ pub trait ObjectBackend: Send + Sync + 'static {
         tags: std::collections::BTreeMap<String, String>,
     ) -> Result<ObjectMeta> {
         let _ = (bucket, key, tags);
-        Err(crate::StoreError::InvalidArgument {
+        Err(crate::StoreError::NotImplemented {
             reason: format!("{} does not store object tags", self.backend_name()),
+        })
+    }
+    /// Replaces the tags of one version of an object (`None`: the latest;
+    /// `"null"`: the null version). Backends without versions have only
+    /// the null version, the current one.
+    fn set_version_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<ObjectMeta> {
+        if version.is_some() {
+            self.head_object_version(bucket, key, version)?;
+        }
+        self.set_object_tags(bucket, key, tags)
+    }
+    /// Replaces the canned ACL of one version of an object (as
+    /// [`ObjectBackend::set_version_tags`]).
+    fn set_version_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        acl: CannedAcl,
+    ) -> Result<ObjectMeta> {
+        if version.is_some() {
+            self.head_object_version(bucket, key, version)?;
+        }
+        self.set_object_acl(bucket, key, acl)
+    }
+    /// A bucket's tags (`None`: none; always so where none are kept).
+    fn bucket_tags(&self, bucket: &str) -> Result<Option<BTreeMap<String, String>>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Replaces (`Some`) or removes (`None`) a bucket's tags. Backends
+    /// that keep none refuse to set them with `not_implemented`.
+    fn set_bucket_tags(&self, bucket: &str, tags: Option<BTreeMap<String, String>>) -> Result<()> {
+        self.head_bucket(bucket)?;
+        if tags.is_none() {
+            return Ok(());
+        }
+        Err(keeps_no(self.backend_name(), "bucket tags"))
+    }
+    /// A bucket's Object Ownership setting (`None`: none set; always so
+    /// where none is kept).
+    fn bucket_ownership(&self, bucket: &str) -> Result<Option<crate::ObjectOwnership>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Sets (`Some`) or removes (`None`) a bucket's Object Ownership.
+    /// Backends that keep none refuse to set one with `not_implemented`.
+    fn set_bucket_ownership(
+        &self,
+        bucket: &str,
+        ownership: Option<crate::ObjectOwnership>,
+    ) -> Result<()> {
+        self.head_bucket(bucket)?;
+        if ownership.is_none() {
+            return Ok(());
+        }
+        Err(keeps_no(
+            self.backend_name(),
+            "Object Ownership setting (its ACLs are always private)",
+        ))
+    }
+    /// A bucket's public access block (`None`: none set; always so where
+    /// none is kept).
+    fn public_access_block(&self, bucket: &str) -> Result<Option<crate::PublicAccessBlock>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Sets (`Some`) or removes (`None`) a bucket's public access block.
+    /// Backends that keep none refuse to set one with `not_implemented`.
+    fn set_public_access_block(
+        &self,
+        bucket: &str,
+        block: Option<crate::PublicAccessBlock>,
+    ) -> Result<()> {
+        self.head_bucket(bucket)?;
+        if block.is_none() {
+            return Ok(());
+        }
+        Err(keeps_no(
+            self.backend_name(),
+            "public access block (nothing in it is public: its ACLs are always private)",
+        ))
+    }
+    /// A bucket's ACL, Object Ownership and public access block.
+    fn bucket_access(&self, bucket: &str) -> Result<crate::BucketAccess> {
+        Ok(crate::BucketAccess {
+            acl: self.bucket_acl(bucket)?,
+            ownership: self.bucket_ownership(bucket)?,
+            public_access_block: self.public_access_block(bucket)?,
         })
     }
     /// Creates a bucket with a canned ACL, or sets the ACL of the existing
@@ -495,6 +593,13 @@ fn no_lock(backend: &str) -> crate::StoreError {
     }
 }
 
+/// The refusal of a bucket setting by a backend that keeps none.
+fn keeps_no(backend: &str, what: &str) -> crate::StoreError {
+    crate::StoreError::NotImplemented {
+        reason: format!("{backend} keeps no {what}"),
+    }
+}
+
 /// Refuses a canned ACL other than `private` on a backend that keeps none.
 fn refuse_acl(backend: &str, acl: CannedAcl) -> Result<()> {
     if acl.is_private() {
@@ -599,6 +704,53 @@ impl ObjectBackend for Store {
     }
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage> {
         Store::list_objects(self, bucket, query)
+    }
+    fn set_version_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<ObjectMeta> {
+        Store::set_version_tags(self, bucket, key, version, tags)
+    }
+    fn set_version_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        acl: CannedAcl,
+    ) -> Result<ObjectMeta> {
+        Store::set_version_acl(self, bucket, key, version, acl)
+    }
+    fn bucket_tags(&self, bucket: &str) -> Result<Option<BTreeMap<String, String>>> {
+        Store::bucket_tags(self, bucket)
+    }
+    fn set_bucket_tags(&self, bucket: &str, tags: Option<BTreeMap<String, String>>) -> Result<()> {
+        Store::set_bucket_tags(self, bucket, tags)
+    }
+    fn bucket_ownership(&self, bucket: &str) -> Result<Option<crate::ObjectOwnership>> {
+        Store::bucket_ownership(self, bucket)
+    }
+    fn set_bucket_ownership(
+        &self,
+        bucket: &str,
+        ownership: Option<crate::ObjectOwnership>,
+    ) -> Result<()> {
+        Store::set_bucket_ownership(self, bucket, ownership)
+    }
+    fn public_access_block(&self, bucket: &str) -> Result<Option<crate::PublicAccessBlock>> {
+        Store::public_access_block(self, bucket)
+    }
+    fn set_public_access_block(
+        &self,
+        bucket: &str,
+        block: Option<crate::PublicAccessBlock>,
+    ) -> Result<()> {
+        Store::set_public_access_block(self, bucket, block)
+    }
+    fn bucket_access(&self, bucket: &str) -> Result<crate::BucketAccess> {
+        Store::bucket_access(self, bucket)
     }
     fn bucket_versioning(&self, bucket: &str) -> Result<Versioning> {
         Store::bucket_versioning(self, bucket)

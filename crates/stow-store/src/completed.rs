@@ -34,7 +34,9 @@ fn part_list(listed: &[CompletedPart]) -> String {
         .join(",")
 }
 
-/// Remembers that `upload_id` completed into `rec` from `listed`.
+/// Remembers that `upload_id` completed into `rec` from `listed`,
+/// answering `version_id` (the version it made in a bucket that has had
+/// versioning; `None` otherwise), so that a retry answers the same one.
 pub(crate) fn remember(
     conn: &Connection,
     bucket: i64,
@@ -42,14 +44,16 @@ pub(crate) fn remember(
     upload_id: &str,
     listed: &[CompletedPart],
     rec: &Record,
+    version_id: Option<&str>,
 ) -> Result<()> {
     let props = serde_json::to_string(&rec.props)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode properties: {e}")))?;
     let now = record::now_ns();
     conn.prepare_cached(
         "INSERT OR REPLACE INTO completed_uploads
-         (id, bucket, key, parts, size, etag, modified_ns, generation, props, completed_ns)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         (id, bucket, key, parts, size, etag, modified_ns, generation, props, completed_ns,
+          version_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         upload_id,
@@ -62,6 +66,7 @@ pub(crate) fn remember(
         &rec.generation[..],
         props,
         now,
+        version_id,
     ])?;
     conn.prepare_cached("DELETE FROM completed_uploads WHERE completed_ns < ?1")?
         .execute([now - REMEMBER_NS])?;
@@ -86,7 +91,7 @@ pub(crate) fn replay(
 ) -> Result<Option<ObjectMeta>> {
     let row = conn
         .prepare_cached(
-            "SELECT parts, size, etag, modified_ns, generation, props
+            "SELECT parts, size, etag, modified_ns, generation, props, version_id
              FROM completed_uploads WHERE id = ?1 AND bucket = ?2 AND key = ?3",
         )?
         .query_row(params![upload_id, bucket, key.as_bytes()], |r| {
@@ -97,10 +102,11 @@ pub(crate) fn replay(
                 r.get::<_, i64>(3)?,
                 r.get::<_, Vec<u8>>(4)?,
                 r.get::<_, String>(5)?,
+                r.get::<_, Option<String>>(6)?,
             ))
         })
         .optional()?;
-    let Some((parts, size, etag, modified_ns, generation, props)) = row else {
+    let Some((parts, size, etag, modified_ns, generation, props, version_id)) = row else {
         return Ok(None);
     };
     if parts != part_list(listed) {
@@ -122,7 +128,11 @@ pub(crate) fn replay(
         vid: None,
         seq: 0,
     };
-    Ok(Some(rec.meta(bucket_name, key)))
+    let mut meta = rec.meta(bucket_name, key);
+    // The version the completion made, as it was answered (the same
+    // version ID, not a new one and not none).
+    meta.version_id = version_id;
+    Ok(Some(meta))
 }
 
 /// Forgets the completions of a bucket being deleted.

@@ -39,7 +39,7 @@ INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
     acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT, object_lock TEXT,
-    lifecycle TEXT);
+    lifecycle TEXT, tags TEXT, ownership TEXT, public_access_block TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -71,7 +71,8 @@ CREATE TABLE IF NOT EXISTS dead_blobs (id INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS completed_uploads (
     id TEXT PRIMARY KEY, bucket INTEGER NOT NULL, key BLOB NOT NULL, parts TEXT NOT NULL,
     size INTEGER NOT NULL, etag TEXT NOT NULL, modified_ns INTEGER NOT NULL,
-    generation BLOB NOT NULL, props TEXT NOT NULL, completed_ns INTEGER NOT NULL) WITHOUT ROWID;
+    generation BLOB NOT NULL, props TEXT NOT NULL, completed_ns INTEGER NOT NULL,
+    version_id TEXT) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS completed_uploads_by_time ON completed_uploads (completed_ns);
 COMMIT;
 ";
@@ -87,8 +88,12 @@ COMMIT;
 /// JSON, NULL = object lock not enabled; a version's retention and legal
 /// hold live in its `props`, so no other column was needed); 5 added
 /// `buckets.lifecycle` (the bucket's lifecycle rules as JSON, NULL =
-/// none).
-const SCHEMA_VERSION: i64 = 5;
+/// none); 6 added `buckets.tags` (the bucket's tags as a JSON object), `buckets.ownership`
+/// (its Object Ownership setting as JSON) and `buckets.public_access_block`
+/// (its public access block as JSON), each NULL = none set, and
+/// `completed_uploads.version_id` (the version ID a remembered completion
+/// answered, NULL = none), so a retried completion answers the same one.
+const SCHEMA_VERSION: i64 = 6;
 
 /// Columns a version of the schema added to a table that existed before
 /// it: `(table, column, definition)`.
@@ -100,6 +105,10 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("buckets", "cors", "TEXT"),
     ("buckets", "object_lock", "TEXT"),
     ("buckets", "lifecycle", "TEXT"),
+    ("buckets", "tags", "TEXT"),
+    ("buckets", "ownership", "TEXT"),
+    ("buckets", "public_access_block", "TEXT"),
+    ("completed_uploads", "version_id", "TEXT"),
 ];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
@@ -107,7 +116,9 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 /// come from [`SCHEMA`] (`IF NOT EXISTS`); columns added to old tables are
 /// added here, each only when missing (a fresh table was created with it).
 /// Every added column reads as the old behaviour: private, unversioned,
-/// the null version, no CORS rules, no object lock, no lifecycle rules.
+/// the null version, no CORS rules, no object lock, no lifecycle rules,
+/// no bucket tags, no ownership setting or public access block, completions without a
+/// version ID.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

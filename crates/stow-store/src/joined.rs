@@ -126,7 +126,8 @@ impl Store {
             };
             let parts = load_parts(conn, &t.upload_id)?;
             drop_upload(conn, fx, &quota, &t.upload_id, &parts)?;
-            completed::remember(conn, b, &t.key, &t.upload_id, &t.listed, &t.rec)
+            // A file key keeps no versions: no version ID to answer.
+            completed::remember(conn, b, &t.key, &t.upload_id, &t.listed, &t.rec, None)
         })
     }
 

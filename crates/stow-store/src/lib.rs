@@ -35,6 +35,7 @@ mod lock;
 mod locked;
 mod model;
 mod record;
+mod settings;
 mod store;
 pub mod validate;
 mod versioned;
@@ -59,6 +60,7 @@ pub use lock::{
     Retention, RetentionPeriod, RuleFields,
 };
 pub use model::*;
+pub use settings::{BucketAccess, ObjectOwnership, PublicAccessBlock, MAX_BUCKET_TAGS};
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, ResetReport, Store, LOCK_FILE,
     MIN_PART_SIZE, SMALL_BODY_MAX, VERIFIED_READ_LIMIT,

@@ -475,8 +475,10 @@ impl Store {
             // object's.
             record::charge(conn, &quota, -(all_parts as i64), 0)?;
             crate::versions::install(conn, fx, &quota, vb, &key, old, &mut rec)?;
-            completed::remember(conn, b, &key, &upload_id, &listed, &rec)?;
-            Ok(crate::versions::meta_in(&rec, vb, &bucket, &key))
+            let meta = crate::versions::meta_in(&rec, vb, &bucket, &key);
+            let vid = meta.version_id.as_deref();
+            completed::remember(conn, b, &key, &upload_id, &listed, &rec, vid)?;
+            Ok(meta)
         })
     }
 

@@ -19,6 +19,7 @@ mod encryption;
 mod lock;
 mod objects;
 mod saves;
+mod settings;
 mod uploads;
 mod usage;
 use bucket_listing::*;
@@ -29,10 +30,14 @@ use encryption::*;
 use lock::*;
 use objects::*;
 use saves::*;
+use settings::*;
 use uploads::*;
 use usage::*;
 
 on_both_backends!(
+    bucket_settings,
+    version_tags_and_acls,
+    retried_completion_same_version,
     buckets,
     put_get_roundtrip,
     keys_are_opaque_and_validated,
