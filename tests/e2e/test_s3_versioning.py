@@ -238,18 +238,22 @@ def test_tags_and_acls_by_version(s3):
     got = s3.get_object_tagging(Bucket="vtags", Key="k")
     assert (got["TagSet"], got["VersionId"]) == ([{"Key": "b", "Value": "2"}], v2)
     assert s3.get_object_acl(Bucket="vtags", Key="k", VersionId=v1)["Grants"]
-    # A write to a noncurrent version is refused, not done to the current one.
-    for write in (
-        lambda: s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=v1,
-                                      Tagging={"TagSet": [{"Key": "x", "Value": "y"}]}),
-        lambda: s3.delete_object_tagging(Bucket="vtags", Key="k", VersionId=v1),
-        lambda: s3.put_object_acl(Bucket="vtags", Key="k", VersionId=v1, ACL="public-read"),
-    ):
-        with pytest.raises(botocore.exceptions.ClientError) as e:
-            write()
-        assert code_of(e) == ("NotImplemented", 501)
+    # A write to a noncurrent version changes that version alone.
+    got = s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=v1,
+                                Tagging={"TagSet": [{"Key": "x", "Value": "y"}]})
+    assert got["VersionId"] == v1
+    s3.put_object_acl(Bucket="vtags", Key="k", VersionId=v1, ACL="public-read")
     assert s3.get_object_tagging(Bucket="vtags", Key="k")["TagSet"] == [{"Key": "b", "Value": "2"}]
-    assert s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=v1)["TagSet"] == [{"Key": "a", "Value": "1"}]
+    assert s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=v1)["TagSet"] == [{"Key": "x", "Value": "y"}]
+    uris = lambda v: [g["Grantee"].get("URI") for g in s3.get_object_acl(  # noqa: E731
+        Bucket="vtags", Key="k", **v)["Grants"]]
+    assert "http://acs.amazonaws.com/groups/global/AllUsers" in uris({"VersionId": v1})
+    assert "http://acs.amazonaws.com/groups/global/AllUsers" not in uris({})
+    assert s3.head_object(Bucket="vtags", Key="k", VersionId=v1)[
+        "ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "1"
+    s3.delete_object_tagging(Bucket="vtags", Key="k", VersionId=v1)
+    assert s3.get_object_tagging(Bucket="vtags", Key="k", VersionId=v1)["TagSet"] == []
+    assert s3.get_object_tagging(Bucket="vtags", Key="k")["TagSet"] == [{"Key": "b", "Value": "2"}]
     # The current version by its ID is written; an unknown ID is NoSuchVersion.
     s3.put_object_tagging(Bucket="vtags", Key="k", VersionId=v2,
                           Tagging={"TagSet": [{"Key": "c", "Value": "3"}]})

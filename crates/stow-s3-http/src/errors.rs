@@ -122,6 +122,17 @@ pub fn to_s3(e: StoreError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
+/// GetPublicAccessBlock of a bucket without one: 404
+/// NoSuchPublicAccessBlockConfiguration (a code `s3s` does not name).
+pub(crate) fn no_public_access_block() -> S3Error {
+    let mut err = S3Error::with_message(
+        S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+        "The public access block configuration was not found",
+    );
+    err.set_status_code(http::StatusCode::NOT_FOUND);
+    err
+}
+
 /// Maps a refusal of a browser POST form (`post.rs`) to its S3 error: a
 /// form that cannot be read is MalformedPOSTRequest, a missing field or
 /// file InvalidArgument, a policy document S3 cannot read

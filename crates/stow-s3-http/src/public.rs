@@ -4,8 +4,11 @@
 //! are served; so is a GET/HEAD of a missing key in such a bucket (404, as
 //! S3 answers whoever may list the bucket), and a PutObject or browser
 //! POST upload into a `public-read-write` bucket (AllUsers WRITE). Every
-//! other unsigned request is 403 AccessDenied. Signed requests are not
-//! looked at here (SigV4 already checked them).
+//! other unsigned request is 403 AccessDenied, and so is every unsigned
+//! request to a bucket whose ACLs grant nothing (Object Ownership
+//! BucketOwnerEnforced, or a public access block with IgnorePublicAcls or
+//! RestrictPublicBuckets; see `crate::s3::ownership`). Signed requests are
+//! not looked at here (SigV4 already checked them).
 
 use std::sync::Arc;
 
@@ -13,6 +16,8 @@ use s3s::access::{S3Access, S3AccessContext};
 use s3s::path::S3Path;
 use s3s::{s3_error, S3Result};
 use stow_store::{CannedAcl, ObjectBackend, StoreError};
+
+use crate::s3::acls_count;
 
 /// The `s3s` access check: signed requests pass, unsigned ones only where
 /// an ACL makes the resource public.
@@ -58,20 +63,31 @@ impl S3Access for PublicReads {
         // A missing bucket, or any failure, is a refusal: an anonymous
         // caller learns nothing about what exists, except by listing a
         // public bucket.
-        let public = tokio::task::spawn_blocking(move || match want {
-            Wanted::Object { bucket, key } => match store.head_object(&bucket, &key) {
-                Ok(m) => m.props.acl.public_read(),
-                Err(StoreError::NoSuchKey { .. } | StoreError::KeyDeleted { .. }) => {
-                    store.bucket_acl(&bucket).is_ok_and(|acl| acl.public_read())
-                }
-                Err(_) => false,
-            },
-            Wanted::Listing { bucket } => {
-                store.bucket_acl(&bucket).is_ok_and(|acl| acl.public_read())
+        let public = tokio::task::spawn_blocking(move || {
+            let bucket = match &want {
+                Wanted::Object { bucket, .. }
+                | Wanted::Listing { bucket }
+                | Wanted::Write { bucket } => bucket,
+            };
+            // ACLs grant nothing where the bucket's Object Ownership or
+            // public access block says so (crate::s3::ownership).
+            let Ok(access) = store.bucket_access(bucket) else {
+                return false;
+            };
+            if !acls_count(&access) {
+                return false;
             }
-            Wanted::Write { bucket } => store
-                .bucket_acl(&bucket)
-                .is_ok_and(|acl| acl == CannedAcl::PublicReadWrite),
+            match want {
+                Wanted::Object { bucket, key } => match store.head_object(&bucket, &key) {
+                    Ok(m) => m.props.acl.public_read(),
+                    Err(StoreError::NoSuchKey { .. } | StoreError::KeyDeleted { .. }) => {
+                        access.acl.public_read()
+                    }
+                    Err(_) => false,
+                },
+                Wanted::Listing { .. } => access.acl.public_read(),
+                Wanted::Write { .. } => access.acl == CannedAcl::PublicReadWrite,
+            }
         })
         .await
         .unwrap_or(false);

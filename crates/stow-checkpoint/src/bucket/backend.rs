@@ -1,14 +1,15 @@
 //! The workspace view as an [`ObjectBackend`]: each request goes to a file
 //! of the tree or to the private store (see the module documentation).
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 
 use stow_store::{
     validate, BucketInfo, ByteRange, CompletedPart, ConditionCheck, CopyOptions,
     CreateUploadOptions, Joined, JoinedUpload, ListPage, ListQuery, ObjectBackend, ObjectBody,
-    ObjectMeta, ObjectRead, PartInfo, PartOptions, PartsPage, PutOptions, StoreError, UploadInfo,
-    UploadsPage, Usage, WriteCondition,
+    ObjectMeta, ObjectOwnership, ObjectRead, PartInfo, PartOptions, PartsPage, PublicAccessBlock,
+    PutOptions, StoreError, UploadInfo, UploadsPage, Usage, WriteCondition,
 };
 
 use super::files::{is_missing, sync_dir};
@@ -26,6 +27,22 @@ fn refuse_lock(lock: &stow_store::ObjectLock) -> StoreResult<()> {
         reason: "the workspace bucket view keeps no object versions, so it has no object lock \
                  (retention, legal hold)"
             .into(),
+    })
+}
+
+/// The view is never public (its ACLs are all private): a write asking
+/// for a public ACL is refused (`not_implemented`), never stored as one
+/// that nothing honours.
+fn refuse_public_acl(acl: stow_store::CannedAcl) -> StoreResult<()> {
+    if acl.is_private() {
+        return Ok(());
+    }
+    Err(StoreError::NotImplemented {
+        reason: format!(
+            "the workspace bucket view keeps no public ACLs; only the canned ACL \"private\" is \
+             accepted (got {:?})",
+            acl.as_str()
+        ),
     })
 }
 
@@ -127,6 +144,66 @@ impl ObjectBackend for WorkspaceBucket {
         self.store.list_buckets()
     }
 
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: BTreeMap<String, String>,
+    ) -> StoreResult<ObjectMeta> {
+        validate::check_tags(&tags)?;
+        let _g = self.s3_write();
+        if self.file_key(bucket, key) {
+            let _w = self.lock_writes();
+            if let Some(meta) = self.set_file_tags(key, tags.clone())? {
+                return Ok(meta);
+            }
+        }
+        // Not a file: a private object of that key, or none.
+        self.store.set_object_tags(bucket, key, tags)
+    }
+
+    // Bucket settings live in the private store, for the primary bucket as
+    // for the others. The view's ACLs are always private, so an Object
+    // Ownership setting or a public access block holds trivially.
+    fn bucket_tags(&self, bucket: &str) -> StoreResult<Option<BTreeMap<String, String>>> {
+        self.store.bucket_tags(bucket)
+    }
+
+    fn set_bucket_tags(
+        &self,
+        bucket: &str,
+        tags: Option<BTreeMap<String, String>>,
+    ) -> StoreResult<()> {
+        let _g = self.s3_write();
+        self.store.set_bucket_tags(bucket, tags)
+    }
+
+    fn bucket_ownership(&self, bucket: &str) -> StoreResult<Option<ObjectOwnership>> {
+        self.store.bucket_ownership(bucket)
+    }
+
+    fn set_bucket_ownership(
+        &self,
+        bucket: &str,
+        ownership: Option<ObjectOwnership>,
+    ) -> StoreResult<()> {
+        let _g = self.s3_write();
+        self.store.set_bucket_ownership(bucket, ownership)
+    }
+
+    fn public_access_block(&self, bucket: &str) -> StoreResult<Option<PublicAccessBlock>> {
+        self.store.public_access_block(bucket)
+    }
+
+    fn set_public_access_block(
+        &self,
+        bucket: &str,
+        block: Option<PublicAccessBlock>,
+    ) -> StoreResult<()> {
+        let _g = self.s3_write();
+        self.store.set_public_access_block(bucket, block)
+    }
+
     fn delete_bucket(&self, name: &str) -> StoreResult<()> {
         if name == self.primary {
             // The primary bucket is the workspace directory itself.
@@ -146,6 +223,7 @@ impl ObjectBackend for WorkspaceBucket {
         mut opts: PutOptions,
     ) -> StoreResult<ObjectMeta> {
         refuse_lock(&opts.props.lock)?;
+        refuse_public_acl(opts.props.acl)?;
         if !self.writes_file(bucket, key)? {
             let _g = self.s3_write();
             return self.store.put_object(bucket, key, body, opts);
@@ -277,6 +355,7 @@ impl ObjectBackend for WorkspaceBucket {
         opts: CopyOptions,
     ) -> StoreResult<ObjectMeta> {
         refuse_lock(&opts.lock)?;
+        refuse_public_acl(opts.acl)?;
         if let Some(v) = opts.source_version.as_deref().filter(|v| *v != "null") {
             // The view keeps no versions: only the null one exists.
             return Err(StoreError::NoSuchVersion {
@@ -327,6 +406,7 @@ impl ObjectBackend for WorkspaceBucket {
         opts: CreateUploadOptions,
     ) -> StoreResult<UploadInfo> {
         refuse_lock(&opts.props.lock)?;
+        refuse_public_acl(opts.props.acl)?;
         self.store.create_upload(bucket, key, opts)
     }
 

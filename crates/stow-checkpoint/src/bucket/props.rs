@@ -196,6 +196,31 @@ impl WorkspaceBucket {
         Ok(self.meta_from(key, m, props))
     }
 
+    /// Replaces the tags of the file at `key` (its other properties and
+    /// bytes unchanged): they are kept with its properties, so they hold
+    /// while the file is unchanged, as its other properties do. `None`
+    /// when no file is there. The caller holds the write lock.
+    pub(super) fn set_file_tags(
+        &self,
+        key: &str,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> StoreResult<Option<ObjectMeta>> {
+        let Some((mut f, m)) = self.open_file(key)? else {
+            return Ok(None);
+        };
+        let meta = self.file_meta(key, &mut f, &m)?;
+        let stamp = Stamp::of(&m);
+        let mut p = StampedProps {
+            etag: meta.etag,
+            props: meta.props,
+            checksum: meta.checksum,
+            parts: meta.parts,
+        };
+        p.props.tags = tags;
+        self.props.save(key, stamp, &p)?;
+        Ok(Some(self.meta_from(key, &m, p)))
+    }
+
     /// The properties recorded for files written through S3 that still
     /// hold (the file is unchanged since), by key.
     pub fn file_properties(&self) -> Result<Vec<(String, ObjectProps)>> {

@@ -123,6 +123,20 @@ fn requested_acl(
     for g in policy.grants.iter().flatten() {
         let permission = g.permission.as_ref().map_or("", |p| p.as_str());
         let grantee = g.grantee.as_ref();
+        // A grantee that names nobody this server knows: refused as AWS
+        // refuses an unknown account (there is one owner here).
+        if let Some(id) = grantee
+            .and_then(|g| g.id.as_deref())
+            .filter(|id| *id != OWNER)
+        {
+            return Err(s3_error!(InvalidArgument, "Invalid id: {id:?}"));
+        }
+        if let Some(email) = grantee.and_then(|g| g.email_address.as_deref()) {
+            return Err(s3_error!(
+                UnresolvableGrantByEmailAddress,
+                "The e-mail address you provided does not match any account on record: {email:?}"
+            ));
+        }
         let is_owner = grantee.and_then(|g| g.id.as_deref()) == Some(OWNER);
         if is_owner && permission == Permission::FULL_CONTROL {
             continue;
@@ -184,17 +198,45 @@ pub(super) async fn get_object_acl(
     }))
 }
 
+/// The canned ACL a Put*Acl request sets on `bucket` (or an object in
+/// it), as its Object Ownership and public access block allow: with ACLs
+/// disabled (BucketOwnerEnforced) anything but a private ACL is
+/// AccessControlListNotSupported, grant headers included; a public ACL
+/// under BlockPublicAcls is AccessDenied.
+async fn allowed_acl(
+    svc: &StowS3,
+    bucket: &str,
+    header: Option<&str>,
+    any_grant_header: bool,
+    policy: Option<&AccessControlPolicy>,
+) -> S3Result<CannedAcl> {
+    let requested = requested_acl(header, any_grant_header, policy);
+    let b = bucket.to_string();
+    let access = svc.point_read(move |store| store.bucket_access(&b)).await?;
+    let disabled = access
+        .ownership
+        .is_some_and(stow_store::ObjectOwnership::acls_disabled);
+    if disabled && (any_grant_header || !requested.as_ref().is_ok_and(|a| a.is_private())) {
+        return Err(super::ownership::acls_disabled());
+    }
+    let acl = requested?;
+    super::ownership::acl_refusal(&access, acl).map_or(Ok(acl), Err)
+}
+
 pub(super) async fn put_bucket_acl(
     svc: &StowS3,
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
     svc.writable()?;
     let input = req.input;
-    let acl = requested_acl(
+    let acl = allowed_acl(
+        svc,
+        &input.bucket,
         input.acl.as_ref().map(|a| a.as_str()),
         grant_headers!(input),
         input.access_control_policy.as_ref(),
-    )?;
+    )
+    .await?;
     let store = svc.store.clone();
     let bucket = input.bucket;
     blocking(move || store.set_bucket_acl(&bucket, acl)).await?;
@@ -207,15 +249,16 @@ pub(super) async fn put_object_acl(
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     svc.writable()?;
     let input = req.input;
-    let acl = requested_acl(
+    let acl = allowed_acl(
+        svc,
+        &input.bucket,
         input.acl.as_ref().map(|a| a.as_str()),
         grant_headers!(input),
         input.access_control_policy.as_ref(),
-    )?;
-    let (bucket, key) = (input.bucket, input.key);
-    svc.current_version_only(&bucket, &key, input.version_id)
-        .await?;
+    )
+    .await?;
+    let (bucket, key, version) = (input.bucket, input.key, input.version_id);
     let store = svc.store.clone();
-    blocking(move || store.set_object_acl(&bucket, &key, acl)).await?;
+    blocking(move || store.set_version_acl(&bucket, &key, version.as_deref(), acl)).await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }

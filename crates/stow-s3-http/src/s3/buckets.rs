@@ -12,15 +12,28 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     svc.writable()?;
     let acl = super::acl::canned(req.input.acl.as_ref().map(|a| a.as_str()))?;
+    let ownership = req
+        .input
+        .object_ownership
+        .as_ref()
+        .map(|o| super::ownership::ownership_of(o, true))
+        .transpose()?;
+    super::ownership::check_create(svc, &req.input.bucket, acl, ownership).await?;
     let store = svc.store.clone();
     let bucket = req.input.bucket.clone();
     let locked = req.input.object_lock_enabled_for_bucket == Some(true);
     blocking(move || {
         if locked {
-            store.create_bucket_with_lock(&bucket, acl)
+            store.create_bucket_with_lock(&bucket, acl)?;
         } else {
-            store.create_bucket_with_acl(&bucket, acl)
+            store.create_bucket_with_acl(&bucket, acl)?;
         }
+        // The x-amz-object-ownership header, kept as
+        // PutBucketOwnershipControls keeps it.
+        if ownership.is_some() {
+            store.set_bucket_ownership(&bucket, ownership)?;
+        }
+        Ok(())
     })
     .await?;
     Ok(S3Response::new(CreateBucketOutput {

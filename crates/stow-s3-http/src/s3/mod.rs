@@ -3,7 +3,7 @@
 //! blocking thread, and converts the result.
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
-//! `listing`, `multipart`, `acl`, `tagging`, `versions`, `cors`, `lifecycle`), conversions in `convert`; the `S3` impl below
+//! `listing`, `multipart`, `acl`, `ownership`, `tagging`, `versions`, `cors`, `lifecycle`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
@@ -15,6 +15,7 @@ mod lifecycle;
 mod listing;
 mod lock;
 mod multipart;
+mod ownership;
 mod reads;
 mod sse;
 mod tagging;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use stow_store::{ObjectBackend, StoreError};
 
 use crate::errors::to_s3;
+pub(crate) use ownership::acls_count;
 
 /// The S3 service over one store.
 #[derive(Clone)]
@@ -61,36 +63,6 @@ impl StowS3 {
         }
         let backend = self.store.clone();
         reading(move || f(backend.as_ref())).await
-    }
-
-    /// Refuses a write of tags or an ACL aimed at a version other than the
-    /// key's current one: those properties are kept for the current
-    /// version only, so acting on it instead would answer success for a
-    /// version left unchanged. A version ID that names nothing is
-    /// NoSuchVersion, as for a read.
-    async fn current_version_only(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: Option<String>,
-    ) -> S3Result<()> {
-        let Some(version) = version else {
-            return Ok(());
-        };
-        let (b, k) = (bucket.to_string(), key.to_string());
-        let (named, current) = self
-            .point_read(move |store| {
-                let named = store.head_object_version(&b, &k, Some(&version))?;
-                Ok((named, store.head_object(&b, &k).ok()))
-            })
-            .await?;
-        if current.is_some_and(|c| c.version_id == named.version_id) {
-            return Ok(());
-        }
-        Err(s3_error!(
-            NotImplemented,
-            "tags and ACLs of a noncurrent version cannot be changed here; only the current version's"
-        ))
     }
 
     fn writable(&self) -> S3Result<()> {
@@ -458,5 +430,61 @@ impl S3 for StowS3 {
         req: S3Request<GetBucketTaggingInput>,
     ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
         tagging::get_bucket_tagging(self, req).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        tagging::put_bucket_tagging(self, req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        tagging::delete_bucket_tagging(self, req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        ownership::get_bucket_ownership_controls(self, req).await
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        ownership::put_bucket_ownership_controls(self, req).await
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        ownership::delete_bucket_ownership_controls(self, req).await
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        ownership::get_public_access_block(self, req).await
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        ownership::put_public_access_block(self, req).await
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        ownership::delete_public_access_block(self, req).await
     }
 }

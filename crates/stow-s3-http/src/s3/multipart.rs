@@ -58,6 +58,7 @@ pub(super) async fn create_multipart_upload(
         encryption,
     };
     opts.props.lock = lock;
+    super::ownership::check_acl(svc, &input.bucket, opts.props.acl).await?;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let info = blocking(move || store.create_upload(&bucket, &key, opts)).await?;

@@ -199,6 +199,13 @@ pub(super) async fn head_object(
         ..object_output!(HeadObjectOutput, meta, c)
     });
     resp.headers = metadata_raw_headers(&meta.props.metadata)?;
+    // As GET answers it (HeadObjectOutput has no field for it).
+    if !meta.props.tags.is_empty() {
+        resp.headers.insert(
+            "x-amz-tagging-count",
+            http::HeaderValue::from(meta.props.tags.len()),
+        );
+    }
     if content_range.is_some() {
         resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
