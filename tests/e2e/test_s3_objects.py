@@ -264,7 +264,7 @@ def test_presigned_urls(s3server, s3):
 def test_unsupported_features_answer_501(s3):
     s3.create_bucket(Bucket="nope")
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_bucket_tagging(Bucket="nope", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]})
+        s3.put_bucket_policy(Bucket="nope", Policy='{"Version": "2012-10-17", "Statement": []}')
     assert code_of(e) == ("NotImplemented", 501)
 
 

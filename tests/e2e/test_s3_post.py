@@ -140,11 +140,15 @@ def test_key_from_filename_and_metadata(post_v2, s3):
 
 def test_tags_from_the_tagging_field(post_v2, s3):
     tagging = ("<Tagging><TagSet><Tag><Key>team</Key><Value>a b</Value></Tag>"
-               "<Tag><Key>k&amp;1</Key><Value>v=1</Value></Tag></TagSet></Tagging>")
+               "<Tag><Key>k&#64;1</Key><Value>v=1</Value></Tag></TagSet></Tagging>")
     r = post_v2(BASE + [["starts-with", "$tagging", ""]], {**FIELDS, "tagging": tagging})
     assert r.status_code == 204, r.text
     got = s3.get_object_tagging(Bucket="forms", Key="up/a.txt")["TagSet"]
-    assert sorted((t["Key"], t["Value"]) for t in got) == [("k&1", "v=1"), ("team", "a b")]
+    assert sorted((t["Key"], t["Value"]) for t in got) == [("k@1", "v=1"), ("team", "a b")]
+    # A tag AWS refuses (`&` is not a tag character) is refused here too.
+    bad = "<Tagging><TagSet><Tag><Key>k&amp;1</Key><Value>v</Value></Tag></TagSet></Tagging>"
+    r = post_v2(BASE + [["starts-with", "$tagging", ""]], {**FIELDS, "tagging": bad})
+    assert xml_error(r)[:2] == (400, "InvalidTag")
     r = post_v2(BASE + [["starts-with", "$tagging", ""]], {**FIELDS, "tagging": "team=a"})
     assert xml_error(r)[:2] == (400, "MalformedXML")
 

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -119,6 +120,20 @@ tenant = stowtenant
 """)
 
 
+def drain_log(stream, path):
+    """Copies the server's stderr to `path` as it comes: a pipe nobody
+    reads fills up (64 KiB of logged refusals) and then blocks the server
+    on its next log line, which hangs the suite."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def copy():
+        with open(path, "wb") as out:
+            for line in iter(stream.readline, b""):
+                out.write(line)
+
+    threading.Thread(target=copy, daemon=True).start()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.environ.get("STOW_BIN", str(ROOT / "target" / "debug" / "stow-s3")))
@@ -138,6 +153,7 @@ def main():
             server = S3Server(args.bin, tmp / "data", "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY,
                               "--lifecycle-day-seconds", str(lc_day))
             endpoint = server.endpoint
+            drain_log(server.proc.stderr, WORK / "server.log")
         try:
             host, port = endpoint.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
             conf = tmp / "s3tests.conf"
