@@ -50,9 +50,9 @@ pub use error::{io_is_no_space, Result, StoreError};
 pub use guarded::{Observation, SaveCondition, SaveGuard, SaveRequest, Saved};
 pub use joined::{JoinTicket, Joined, JoinedUpload};
 pub use lifecycle::{
-    validate_lifecycle, DayLength, Expiration, ExpiryReport, FilterAnd, FilterTag,
-    LifecycleConfig, LifecycleFilter, LifecycleRule, NoncurrentExpiration, ObjectExpiration,
-    RuleStatus, Transition, MAX_LIFECYCLE_ID_CHARS, MAX_LIFECYCLE_RULES, TRANSITION_CLASSES,
+    validate_lifecycle, DayLength, Expiration, ExpiryReport, FilterAnd, FilterTag, LifecycleConfig,
+    LifecycleFilter, LifecycleRule, NoncurrentExpiration, ObjectExpiration, RuleStatus, Transition,
+    MAX_LIFECYCLE_ID_CHARS, MAX_LIFECYCLE_RULES, TRANSITION_CLASSES,
 };
 pub use list::page_of_sorted;
 pub use lock::{
