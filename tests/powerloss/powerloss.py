@@ -8,7 +8,9 @@ restart and the model check.
 
 Engines (their load and checks are tests/soak's, see there):
   s3       `stow-s3 serve` with its data directory on the mount: PUT small,
-           large and streamed, multipart, copy, delete, DeleteObjects
+           large and streamed, multipart, copy, delete, DeleteObjects; and
+           versions, delete markers, deletions by version ID and legal holds
+           in a versioned and an object-lock bucket
   capture  `workspace checkpoint` (plain, keyed, portable) and
            `checkpoint-delete` of two workspaces, the registry and the
            workspaces on the mount, with a `workspace watch` of one

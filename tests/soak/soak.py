@@ -7,7 +7,15 @@ after every restart.
 
 Engines:
   s3        `stow-s3 serve`: PUT (small, large, streamed), multipart upload and
-            completion, CopyObject, DeleteObject(s), under 4 concurrent clients
+            completion, CopyObject, DeleteObject(s), under 4 concurrent clients;
+            and in a versioned bucket and an object-lock bucket (GOVERNANCE
+            1 day default retention, legal holds): new versions (PUT, copy of
+            a version, multipart), delete markers, deletions by version ID
+            (with and without the bypass), legal hold changes; after each
+            restart ListObjectVersions (paged) and GET by versionId show every
+            acknowledged version whole and no deleted one, IsLatest is right,
+            a locked version's DELETE without the bypass is refused, usage
+            counts every version
   mcp       `stow-s3 mcp` (object profile, official MCP SDK): keyed saves
             (unconditional, guarded, create-only) from 4 concurrent tasks; resolve
   capture   `workspace checkpoint` (plain, keyed, portable) of two workspaces at
