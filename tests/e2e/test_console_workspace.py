@@ -118,6 +118,9 @@ def test_checkpoints_status_diff_rewind_and_undo(served, page):
     result = pg.locator("#ws-rewind-summary").inner_text()
     assert "0 conflicts" in result, result
     assert files_of(root) == at_cp, "the files are as the checkpoint has them"
+    # The diff against the live tree shown before is stale now: it is gone.
+    assert pg.locator("#ws-diff").is_hidden()
+    assert pg.locator("#ws-diff-rows tr").count() == 0
 
     # Undo: back to the edits.
     pg.get_by_role("button", name="Undo").click()

@@ -14,6 +14,7 @@ export function mountWorkspace(ui) {
     statusCursor: null,
     plan: null, // { to, label, key } once a dry run is shown
     undo: null, // the undo checkpoint of the last rewind
+    diffTo: null, // the "to" side of the diff shown ("live": the live tree)
   };
 
   const short = (id) => (id || "").replace(/^cp_/, "").slice(0, 12);
@@ -171,6 +172,7 @@ export function mountWorkspace(ui) {
     const broad = (kind) => (kind === "added" || kind === "deleted" ? kind : "changed");
     const count = (kind) => changes.filter((c) => broad(c.kind) === kind).length;
     const toName = to === "live" ? "the live tree" : short(to);
+    ws.diffTo = to;
     $("ws-diff").hidden = false;
     $("ws-diff-summary").textContent =
       `${short(from)} → ${toName}: ${count("added")} added, ${count("changed")} changed, ${count("deleted")} deleted` +
@@ -259,10 +261,16 @@ export function mountWorkspace(ui) {
     if (data.error) showError(data.error);
     rewindButtons({ go: false, undo: Boolean(ws.undo) });
     say(`Rewound to ${name}.`);
-    // What the status said is stale now.
+    // What the status and a diff against the live tree said is stale now
+    // (a diff between two checkpoints still holds).
     $("ws-status").hidden = true;
     $("ws-status-summary").textContent = "";
     $("ws-status-rows").replaceChildren();
+    if (ws.diffTo === "live") {
+      $("ws-diff").hidden = true;
+      $("ws-diff-summary").textContent = "";
+      $("ws-diff-rows").replaceChildren();
+    }
     $("ws-file").hidden = true;
     show();
   }
