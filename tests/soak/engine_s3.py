@@ -56,7 +56,7 @@ from soakkit import (
 BUCKETS = ("soak-a", "soak-b")
 VBUCKET, LBUCKET = "soak-v", "soak-lock"  # versioned; object lock (versioned, default retention)
 MARKER = "MARKER"  # a delete marker's place in the versioned model
-MAX_VERSIONS = 4  # a key with more is trimmed (oldest first) after the check
+MAX_VERSIONS = 3  # a key with more is trimmed (oldest first) after the check
 ACCESS, SECRET = "AKIDSOAKS3KILL9TEST", "soak-s3-secret-kill-9-recover"
 
 
