@@ -97,6 +97,7 @@ class VKey:
         self.versions: list[VRec] = []
         self.deleting = set()
         self.gone = set()
+        self.gone_now = set()  # deletions acknowledged since the last check
         self.pending = None
 
     def ident(self):
@@ -402,6 +403,7 @@ class Worker(threading.Thread):
         vk.versions.remove(rec)
         vk.deleting.discard(rec.vid)
         vk.gone.add(rec.vid)
+        vk.gone_now.add(rec.vid)
         self.acked += 1
         self.vstats["version_deletes_acked"] += 1
 
@@ -440,6 +442,7 @@ class Worker(threading.Thread):
                 vk.versions.remove(rec)
                 vk.deleting.discard(rec.vid)
                 vk.gone.add(rec.vid)
+                vk.gone_now.add(rec.vid)
                 self.acked += 1
                 self.vstats["version_deletes_acked"] += 1
 
@@ -930,6 +933,11 @@ class S3Engine(S3LoadEngine):
         for vid in vids:
             ctx.check(vid not in vk.gone, "a version whose deletion was acknowledged is back", ident,
                       expected="deleted", found=vid)
+        for vid in sorted(vk.gone_now):
+            got, _ = self.read_version(c, vk, vid)
+            ctx.check(got == "NoSuchVersion", "a version whose deletion was acknowledged still reads by versionId",
+                      ident, expected="NoSuchVersion", found=(vid, got))
+        vk.gone_now = set()
         strangers = [e for e in listed if e[0] not in model]
         if strangers:
             ctx.check(vk.pending is not None and len(strangers) == 1,
