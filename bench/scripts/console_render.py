@@ -31,44 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from s3server import S3Server  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--no-sandbox",
-    "--disable-dev-shm-usage",
-]
+# The probe is the e2e test's own (RENDER_MS: ms from the end of the latest
+# `api/objects` response to the frame after the rows first change, and to
+# the frame after they number `rows`), so the bench and the test measure
+# the same thing.
+from test_console import CHROMIUM, CHROMIUM_ARGS, FIRST_NAME, RENDER_MS as PROBE  # noqa: E402
+
 ROWS = 1000
-
-# Resolves with [first, all]: ms from the end of the latest `api/objects`
-# response to the frame after the rows first change, and to the frame
-# after they number `rows`.
-PROBE = """(rows) => { window.stowRender = new Promise((resolve) => {
-    const tbody = document.getElementById("object-rows");
-    const since = () => {
-        const lists = performance.getEntriesByType("resource").filter((e) => e.name.includes("api/objects"));
-        return performance.now() - lists[lists.length - 1].responseEnd;
-    };
-    const painted = (then) => requestAnimationFrame(() => setTimeout(() => then(since())));
-    let first = null;
-    const seen = new MutationObserver(() => {
-        if (first === null) {
-            first = -1;
-            painted((ms) => { first = ms; });
-        }
-        if (tbody.rows.length >= rows) {
-            seen.disconnect();
-            painted((all) => {
-                const wait = () => (first < 0 ? setTimeout(wait, 5) : resolve([first, all]));
-                wait();
-            });
-        }
-    });
-    seen.observe(tbody, { childList: true });
-}); }"""
-
-FIRST_NAME = "() => (document.querySelector('#object-rows td.name') || {}).textContent"
 
 
 def spread(xs):

@@ -93,12 +93,7 @@ pub(super) async fn upload_part(
     let input = req.input;
     let supplied = supplied_checksums!(input);
     let declared = input.checksum_algorithm.as_ref().map(alg_of).transpose()?;
-    let encryption = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let encryption = super::sse::request_key!(svc.store.as_ref(), input)?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let opts = store::PartOptions {
         content_md5: input.content_md5,
@@ -171,12 +166,7 @@ pub(super) async fn upload_part_copy(
         input.copy_source_sse_customer_key.as_deref(),
         input.copy_source_sse_customer_key_md5.as_deref(),
     )?;
-    let encryption = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let encryption = super::sse::request_key!(svc.store.as_ref(), input)?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let store = svc.store.clone();
     let (bucket, key, upload) = (input.bucket, input.key, input.upload_id);
@@ -280,12 +270,7 @@ pub(super) async fn complete_multipart_upload(
     .into_iter()
     .find_map(|(alg, v)| v.map(|v| (alg, v)));
     // A completion that names a customer key (SSE-C) names the upload's.
-    let sse = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let sse = super::sse::request_key!(svc.store.as_ref(), input)?;
     let store = svc.store.clone();
     let (bucket, key, upload) = (input.bucket.clone(), input.key.clone(), input.upload_id);
     let meta: ObjectMeta = blocking(move || {

@@ -32,12 +32,7 @@ pub(super) async fn get_object(
             "Cannot specify both Range header and partNumber query parameter"
         ));
     }
-    let sse = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let sse = super::sse::request_key!(svc.store.as_ref(), input)?;
     let echo = super::sse::Echo::of(sse.as_ref());
     let (bucket, key, version) = (input.bucket, input.key, input.version_id);
     let latest = version.is_none();
@@ -132,12 +127,7 @@ pub(super) async fn head_object(
         input.if_modified_since,
         input.if_unmodified_since,
     );
-    let sse = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let sse = super::sse::request_key!(svc.store.as_ref(), input)?;
     let echo = super::sse::Echo::of(sse.as_ref());
     let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
@@ -228,12 +218,7 @@ pub(super) async fn get_object_attributes(
         })
         .collect();
     let want = |name: &str| wanted.iter().any(|w| w == name);
-    let sse = super::sse::plain_key(
-        svc.store.as_ref(),
-        input.sse_customer_algorithm.as_deref(),
-        input.sse_customer_key.as_deref(),
-        input.sse_customer_key_md5.as_deref(),
-    )?;
+    let sse = super::sse::request_key!(svc.store.as_ref(), input)?;
     let (bucket, key, version) = (input.bucket, input.key, input.version_id.clone());
     let meta = svc
         .point_read(move |store| {

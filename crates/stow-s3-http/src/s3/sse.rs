@@ -45,6 +45,21 @@ pub(super) fn plain_key(
     )
 }
 
+/// The key of a request that can only name SSE-C, from its input's three
+/// `sse_customer_*` fields: [`plain_key`] without naming them at every
+/// operation. `request_key!(store, input)`.
+macro_rules! request_key {
+    ($store:expr, $input:expr) => {
+        super::sse::plain_key(
+            $store,
+            $input.sse_customer_algorithm.as_deref(),
+            $input.sse_customer_key.as_deref(),
+            $input.sse_customer_key_md5.as_deref(),
+        )
+    };
+}
+pub(super) use request_key;
+
 /// A copy's customer keys (SSE-C): its own (the copy is sealed with it),
 /// and the source's (`x-amz-copy-source-server-side-encryption-customer-*`).
 pub(super) fn copy_keys(
