@@ -667,3 +667,21 @@ def test_versioning_and_tagging_answers(s3):
     tags = s3.get_object_tagging(Bucket="tag", Key="tagged")["TagSet"]
     assert sorted((t["Key"], t["Value"]) for t in tags) == [("a", "1"), ("b", "2")]
     assert s3.get_object(Bucket="tag", Key="tagged")["Body"].read() == b"y"
+
+
+def test_listings_name_the_owner_as_s3_does(s3):
+    # ListObjects (v1) names every object's owner; ListObjectsV2 only with
+    # FetchOwner; ListMultipartUploads names each upload's initiator and
+    # owner. All are the server's one owner, the bucket list's.
+    s3.create_bucket(Bucket="owned")
+    s3.put_object(Bucket="owned", Key="k", Body=b"x")
+    upload = s3.create_multipart_upload(Bucket="owned", Key="big")["UploadId"]
+    owner = s3.list_buckets()["Owner"]
+    assert owner["ID"] and owner["DisplayName"]
+    assert [o["Owner"] for o in s3.list_objects(Bucket="owned")["Contents"]] == [owner]
+    assert "Owner" not in s3.list_objects_v2(Bucket="owned")["Contents"][0]
+    fetched = s3.list_objects_v2(Bucket="owned", FetchOwner=True)["Contents"]
+    assert [o["Owner"] for o in fetched] == [owner]
+    uploads = s3.list_multipart_uploads(Bucket="owned")["Uploads"]
+    assert [(u["UploadId"], u["Owner"], u["Initiator"]) for u in uploads] == [(upload, owner, owner)]
+    s3.abort_multipart_upload(Bucket="owned", Key="big", UploadId=upload)

@@ -43,10 +43,21 @@ pub(super) async fn list_objects(
         // An empty delimiter is no delimiter, and is not echoed.
         delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
-        contents: Some(contents(page.objects, url)),
+        contents: Some(with_owner(contents(page.objects, url), true)),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
         ..Default::default()
     }))
+}
+
+/// Objects of a listing with their owner named: ListObjects (v1) always
+/// names it, ListObjectsV2 only when asked (`fetch-owner=true`), as S3 does.
+fn with_owner(mut objects: ObjectList, wanted: bool) -> ObjectList {
+    if wanted {
+        for o in &mut objects {
+            o.owner = Some(super::acl::owner());
+        }
+    }
+    objects
 }
 
 pub(super) async fn list_objects_v2(
@@ -71,6 +82,7 @@ pub(super) async fn list_objects_v2(
     let page = reading(move || store.list_objects(&bucket, &query)).await?;
     let enc = |s: String| if url { url_encode(&s) } else { s };
     let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+    let fetch_owner = input.fetch_owner == Some(true);
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
         prefix: Some(enc(input.prefix.unwrap_or_default())),
@@ -83,7 +95,7 @@ pub(super) async fn list_objects_v2(
         // An empty delimiter is no delimiter, and is not echoed.
         delimiter: input.delimiter.filter(|d| !d.is_empty()).map(enc),
         encoding_type: input.encoding_type,
-        contents: Some(contents(page.objects, url)),
+        contents: Some(with_owner(contents(page.objects, url), fetch_owner)),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
         ..Default::default()
     }))

@@ -413,6 +413,12 @@ pub(super) async fn list_multipart_uploads(
                     upload_id: Some(u.upload_id),
                     initiated: Some(timestamp(u.initiated_ns)),
                     storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                    // The one owner started every upload (see `acl::owner`).
+                    initiator: Some(Initiator {
+                        display_name: super::acl::owner().display_name,
+                        id: super::acl::owner().id,
+                    }),
+                    owner: Some(super::acl::owner()),
                     ..Default::default()
                 })
                 .collect(),
