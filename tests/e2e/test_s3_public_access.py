@@ -229,3 +229,25 @@ def test_grants_to_unknown_grantees_are_refused(s3server, s3):
                   "Grants": acl["Grants"] + [{"Grantee": grantee, "Permission": "FULL_CONTROL"}]}
         refused(lambda: s3.put_bucket_acl(Bucket="grants", AccessControlPolicy=policy), code, 400)
     assert s3.get_bucket_acl(Bucket="grants")["Grants"] == acl["Grants"]
+
+
+def test_unsigned_requests_to_a_gone_bucket_are_told_it_is_gone(s3server, s3):
+    # S3 answers NoSuchBucket to anyone for a bucket that does not exist
+    # (ceph/s3-tests test_object_raw_get_bucket_gone,
+    # test_object_delete_key_bucket_gone); it was AccessDenied.
+    s3.create_bucket(Bucket="gone", ACL="public-read")
+    s3.put_object(Bucket="gone", Key="foo", Body=b"x", ACL="public-read")
+    anon = anonymous(s3server)
+    assert anon.get_object(Bucket="gone", Key="foo")["Body"].read() == b"x"
+    s3.delete_object(Bucket="gone", Key="foo")
+    s3.delete_bucket(Bucket="gone")
+    refused(lambda: anon.get_object(Bucket="gone", Key="foo"), "NoSuchBucket", 404)
+    refused(lambda: anon.delete_object(Bucket="gone", Key="foo"), "NoSuchBucket", 404)
+    refused(lambda: anon.list_objects_v2(Bucket="gone"), "NoSuchBucket", 404)
+    # Making the bucket is still not for anonymous callers, and the refusal
+    # makes nothing.
+    refused(lambda: anon.create_bucket(Bucket="gone"), "AccessDenied", 403)
+    assert "gone" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    # A bucket that exists but is private still says nothing more.
+    s3.create_bucket(Bucket="private")
+    refused(lambda: anon.delete_object(Bucket="private", Key="foo"), "AccessDenied", 403)

@@ -7,8 +7,10 @@
 //! other unsigned request is 403 AccessDenied, and so is every unsigned
 //! request to a bucket whose ACLs grant nothing (Object Ownership
 //! BucketOwnerEnforced, or a public access block with IgnorePublicAcls or
-//! RestrictPublicBuckets; see `crate::s3::ownership`). Signed requests are
-//! not looked at here (SigV4 already checked them).
+//! RestrictPublicBuckets; see `crate::s3::ownership`). An unsigned request
+//! to a bucket that does not exist goes on to its handler, which answers
+//! NoSuchBucket, as S3 does. Signed requests are not looked at here (SigV4
+//! already checked them).
 
 use std::sync::Arc;
 
@@ -49,6 +51,24 @@ fn wanted(op: &str, path: &S3Path) -> Option<Wanted> {
     }
 }
 
+/// Whether the request names a bucket that does not exist (and nothing
+/// else failed while finding out).
+async fn bucket_is_gone(store: &Arc<dyn ObjectBackend>, path: &S3Path) -> bool {
+    let bucket = match path {
+        S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => bucket.to_string(),
+        S3Path::Root => return false,
+    };
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || {
+        matches!(
+            store.head_bucket(&bucket),
+            Err(StoreError::NoSuchBucket { .. })
+        )
+    })
+    .await
+    .unwrap_or(false)
+}
+
 #[async_trait::async_trait]
 impl S3Access for PublicReads {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
@@ -56,13 +76,19 @@ impl S3Access for PublicReads {
             return Ok(());
         }
         let denied = || s3_error!(AccessDenied, "Access Denied");
-        let Some(want) = wanted(cx.s3_op().name(), cx.s3_path()) else {
+        let op = cx.s3_op().name();
+        if op != "CreateBucket" && bucket_is_gone(&self.store, cx.s3_path()).await {
+            // S3 answers NoSuchBucket (404) to anyone, signed or not, for a
+            // bucket that does not exist; the operation's handler says so
+            // (CreateBucket, the one operation that makes it exist, stays
+            // refused).
+            return Ok(());
+        }
+        let Some(want) = wanted(op, cx.s3_path()) else {
             return Err(denied());
         };
         let store = Arc::clone(&self.store);
-        // A missing bucket, or any failure, is a refusal: an anonymous
-        // caller learns nothing about what exists, except by listing a
-        // public bucket.
+        // Any failure is a refusal.
         let public = tokio::task::spawn_blocking(move || {
             let bucket = match &want {
                 Wanted::Object { bucket, .. }
