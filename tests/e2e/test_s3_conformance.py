@@ -685,3 +685,23 @@ def test_listings_name_the_owner_as_s3_does(s3):
     uploads = s3.list_multipart_uploads(Bucket="owned")["Uploads"]
     assert [(u["UploadId"], u["Owner"], u["Initiator"]) for u in uploads] == [(upload, owner, owner)]
     s3.abort_multipart_upload(Bucket="owned", Key="big", UploadId=upload)
+
+
+def test_expected_bucket_owner_must_be_the_one_owner(s3):
+    # Every bucket has the one owner, "stow" (the ID listings and ACLs
+    # name). A request expecting another owner is refused with 403 before
+    # it does anything (ceph/s3-tests test_expected_bucket_owner).
+    s3.create_bucket(Bucket="owned")
+    owner = s3.get_bucket_acl(Bucket="owned")["Owner"]["ID"]
+    s3.put_object(Bucket="owned", Key="a", Body=b"a", ExpectedBucketOwner=owner)
+    assert s3.list_objects_v2(Bucket="owned", ExpectedBucketOwner=owner)["KeyCount"] == 1
+    for call in (
+        lambda: s3.list_objects_v2(Bucket="owned", ExpectedBucketOwner=owner + "foo"),
+        lambda: s3.put_object(Bucket="owned", Key="b", Body=b"b", ExpectedBucketOwner="123456789012"),
+        lambda: s3.copy_object(Bucket="owned", Key="c", CopySource={"Bucket": "owned", "Key": "a"},
+                               ExpectedSourceBucketOwner="someone-else"),
+    ):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert code_of(e) == ("AccessDenied", 403)
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="owned")["Contents"]] == ["a"]

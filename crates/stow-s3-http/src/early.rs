@@ -1,7 +1,8 @@
 //! Refusals decided from the request line and headers alone, before a
 //! concurrency slot or any SigV4 work: SigV2, IAM/STS calls, malformed or
 //! unknown checksum headers, presigned URLs that claim too long a life,
-//! and bodies over the size cap.
+//! an expected bucket owner other than the one owner, and bodies over the
+//! size cap.
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -37,6 +38,22 @@ pub(crate) fn refuse_early(
     }
     if let Some(refusal) = presigned_expiry_refusal(query) {
         return Some(xml_error(refusal));
+    }
+    // Every bucket has the one owner: a caller expecting another (for the
+    // bucket, or a copy's source bucket) is refused, as S3 refuses a
+    // mismatched account (403), before anything is read or written.
+    let expects_another = [
+        "x-amz-expected-bucket-owner",
+        "x-amz-source-expected-bucket-owner",
+    ]
+    .iter()
+    .filter_map(|h| req.headers().get(*h))
+    .any(|owner| owner.as_bytes().trim_ascii() != crate::s3::OWNER.as_bytes());
+    if expects_another {
+        return Some(xml_error(s3_error!(
+            AccessDenied,
+            "The bucket is owned by another account than the expected bucket owner"
+        )));
     }
     if has_param("Action") {
         return Some(xml_error(s3_error!(

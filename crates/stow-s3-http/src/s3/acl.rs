@@ -12,7 +12,7 @@ use stow_store::CannedAcl;
 use super::{blocking, StowS3};
 
 /// The one owner's ID and display name.
-const OWNER: &str = "stow";
+pub(crate) const OWNER: &str = "stow";
 /// S3's group of everyone, anonymous requests included.
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 /// S3's group of every signed-in AWS account.

@@ -118,8 +118,8 @@ pub(super) async fn list_buckets(
                 .collect(),
         ),
         owner: Some(Owner {
-            display_name: Some("stow".into()),
-            id: Some("stow".into()),
+            display_name: Some(super::OWNER.into()),
+            id: Some(super::OWNER.into()),
         }),
         continuation_token,
         prefix: input.prefix,

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use stow_store::{ObjectBackend, StoreError};
 
 use crate::errors::to_s3;
+pub(crate) use acl::OWNER;
 pub(crate) use ownership::acls_count;
 
 /// The S3 service over one store.
