@@ -8,17 +8,25 @@ pub fn to_s3(e: StoreError) -> S3Error {
     use StoreError as E;
     let code = match &e {
         E::NoSuchBucket { .. } => S3ErrorCode::NoSuchBucket,
-        E::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
+        // No such key, and no delete marker either: ceph/s3-tests
+        // (test_delete_marker_nonversioned, test_delete_marker_expiration)
+        // read `x-amz-delete-marker: false` on that 404, as Ceph sends it.
+        E::NoSuchKey { .. } => {
+            let headers = marker_headers(false, None);
+            let mut err = S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string());
+            err.set_headers(headers);
+            return err;
+        }
         // The latest version is a delete marker: 404 NoSuchKey, saying so.
         E::KeyDeleted { version_id, .. } => {
-            let headers = marker_headers(version_id);
+            let headers = marker_headers(true, Some(version_id));
             let mut err = S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string());
             err.set_headers(headers);
             return err;
         }
         // A delete marker named by its ID has nothing to read: 405.
         E::DeleteMarkerVersion { version_id, .. } => {
-            let headers = marker_headers(version_id);
+            let headers = marker_headers(true, Some(version_id));
             let mut err = S3Error::with_message(
                 S3ErrorCode::MethodNotAllowed,
                 "The specified method is not allowed against this resource.",
@@ -149,10 +157,11 @@ pub(crate) fn post_refusal(e: crate::post::PostError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
-/// The headers of an answer about a delete marker: `x-amz-delete-marker:
-/// true` and its version ID (`s3s` replaces an error's headers with these,
-/// so the XML content type is among them).
-fn marker_headers(version_id: &str) -> http::HeaderMap {
+/// The headers of an answer about a key: `x-amz-delete-marker` (whether a
+/// delete marker is what was found) and the marker's version ID (`s3s`
+/// replaces an error's headers with these, so the XML content type is
+/// among them).
+fn marker_headers(is_marker: bool, version_id: Option<&str>) -> http::HeaderMap {
     let mut headers = http::HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,
@@ -160,9 +169,9 @@ fn marker_headers(version_id: &str) -> http::HeaderMap {
     );
     headers.insert(
         "x-amz-delete-marker",
-        http::HeaderValue::from_static("true"),
+        http::HeaderValue::from_static(if is_marker { "true" } else { "false" }),
     );
-    if let Ok(v) = http::HeaderValue::from_str(version_id) {
+    if let Some(Ok(v)) = version_id.map(http::HeaderValue::from_str) {
         headers.insert("x-amz-version-id", v);
     }
     headers
@@ -453,8 +462,8 @@ mod tests {
         }
     }
 
-    /// A delete marker answers with `x-amz-delete-marker` and its ID, and
-    /// keeps the XML content type.
+    /// A delete marker answers with `x-amz-delete-marker: true` and its ID,
+    /// a missing key with `false`; both keep the XML content type.
     #[test]
     fn delete_markers_say_so_in_headers() {
         for e in [
@@ -475,12 +484,14 @@ mod tests {
             assert_eq!(h["x-amz-version-id"], "0123");
             assert_eq!(h[http::header::CONTENT_TYPE], "application/xml");
         }
-        assert!(to_s3(StoreError::NoSuchKey {
+        let missing = to_s3(StoreError::NoSuchKey {
             bucket: "b".into(),
-            key: "k".into()
-        })
-        .headers()
-        .is_none());
+            key: "k".into(),
+        });
+        let h = missing.headers().expect("headers");
+        assert_eq!(h["x-amz-delete-marker"], "false");
+        assert!(h.get("x-amz-version-id").is_none());
+        assert_eq!(h[http::header::CONTENT_TYPE], "application/xml");
     }
 
     #[test]
