@@ -236,7 +236,7 @@ impl Handler {
         match self.s3.call(req).await {
             Ok(resp) if attributes => patches::unquote_attributes_etag(resp),
             Ok(resp) if is_form => post::mend(resp),
-            Ok(resp) => resp,
+            Ok(resp) => patches::interleave_versions(resp),
             Err(e) => {
                 tracing::error!("request failed: {e:?}");
                 plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error")

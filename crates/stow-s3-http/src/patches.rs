@@ -1,7 +1,8 @@
 //! Where this server mends what `s3s` and clients do on the wire, around
 //! the S3 call: error bodies that name their request, GetObjectAttributes'
-//! unquoted ETag, SigV4 requests dated by `Date` alone, and connections a
-//! botocore bug would misread after `Expect: 100-continue`.
+//! unquoted ETag, ListObjectVersions' entries in one order, SigV4 requests
+//! dated by `Date` alone, and connections a botocore bug would misread
+//! after `Expect: 100-continue`.
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
 
@@ -49,6 +50,88 @@ pub(crate) fn unquote_attributes_etag(resp: Response<Body>) -> Response<Body> {
         parts.headers.insert(header::CONTENT_LENGTH, v);
     }
     Response::from_parts(parts, Body::from(text))
+}
+
+/// The private response header by which ListObjectVersions hands this
+/// layer the order of its entries, one letter each: `V` a version, `M` a
+/// delete marker. It never leaves the server.
+pub(crate) const VERSION_ORDER_HEADER: &str = "x-stow-version-order";
+
+/// ListObjectVersions lists versions and delete markers in one sequence,
+/// by key and then newest first, as S3 does; `s3s`'s output keeps them in
+/// two lists and writes every `<Version>` before every `<DeleteMarker>`.
+/// The handler names the order in [`VERSION_ORDER_HEADER`]; here the
+/// elements are put back in that order (each list's own order is kept).
+pub(crate) fn interleave_versions(resp: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    let Some(order) = parts.headers.remove(VERSION_ORDER_HEADER) else {
+        return Response::from_parts(parts, body);
+    };
+    let Some(xml) = body.bytes() else {
+        return Response::from_parts(parts, body);
+    };
+    let Some(text) = std::str::from_utf8(&xml)
+        .ok()
+        .and_then(|xml| interleave(xml, order.as_bytes()))
+    else {
+        return Response::from_parts(parts, Body::from(xml));
+    };
+    if let Ok(v) = HeaderValue::from_str(&text.len().to_string()) {
+        parts.headers.insert(header::CONTENT_LENGTH, v);
+    }
+    Response::from_parts(parts, Body::from(text))
+}
+
+/// The byte spans of every `<name>…</name>` element in `xml`, in order.
+fn element_spans(xml: &str, name: &str) -> Vec<(usize, usize)> {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(start) = xml[from..].find(&open).map(|i| from + i) {
+        let Some(end) = xml[start..].find(&close).map(|i| start + i + close.len()) else {
+            break;
+        };
+        spans.push((start, end));
+        from = end;
+    }
+    spans
+}
+
+/// `xml` with its `<Version>` and `<DeleteMarker>` elements in `order`, all
+/// where the first of them was (`s3s` writes a result's members by name,
+/// so other members may sit between the two lists), or `None` where the
+/// document is not the expected shape (it is then left as it was).
+fn interleave(xml: &str, order: &[u8]) -> Option<String> {
+    let versions = element_spans(xml, "Version");
+    let markers = element_spans(xml, "DeleteMarker");
+    let counts = |c: u8| order.iter().filter(|&&o| o == c).count();
+    if counts(b'V') != versions.len() || counts(b'M') != markers.len() {
+        return None;
+    }
+    let mut all: Vec<(usize, usize)> = versions.iter().chain(&markers).copied().collect();
+    all.sort_unstable();
+    let first = all.first()?.0;
+    let (mut v, mut m) = (versions.iter(), markers.iter());
+    let mut entries = String::new();
+    for kind in order {
+        let (a, b) = match kind {
+            b'V' => v.next()?,
+            b'M' => m.next()?,
+            _ => return None,
+        };
+        entries.push_str(&xml[*a..*b]);
+    }
+    let mut out = String::with_capacity(xml.len());
+    let mut from = 0;
+    for (a, b) in all {
+        out.push_str(&xml[from..a]);
+        if a == first {
+            out.push_str(&entries);
+        }
+        from = b;
+    }
+    out.push_str(&xml[from..]);
+    Some(out)
 }
 
 /// SigV4 lets a request carry its time in `Date` instead of `x-amz-date`
@@ -162,5 +245,30 @@ mod tests {
         ] {
             assert_eq!(http_date_to_amz(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn version_entries_go_back_in_the_listed_order() {
+        // As `s3s` writes it: members by name, so the two lists are apart.
+        let xml = "<R><DeleteMarker><Key>a</Key><VersionId>3</VersionId></DeleteMarker>\
+                   <DeleteMarker><Key>c</Key></DeleteMarker><IsTruncated>false</IsTruncated>\
+                   <Version><Key>a</Key><VersionId>2</VersionId></Version><Version><Key>b</Key></Version></R>";
+        let out = interleave(xml, b"MVVM").expect("interleaved");
+        let keys: Vec<&str> = out
+            .match_indices("<Key>")
+            .map(|(i, _)| &out[i + 5..i + 6])
+            .collect();
+        assert_eq!(keys, ["a", "a", "b", "c"]);
+        assert!(out.starts_with(
+            "<R><DeleteMarker><Key>a</Key><VersionId>3</VersionId></DeleteMarker><Version><Key>a"
+        ));
+        assert!(out.ends_with(
+            "<DeleteMarker><Key>c</Key></DeleteMarker><IsTruncated>false</IsTruncated></R>"
+        ));
+        assert_eq!(out.len(), xml.len());
+        // An order that does not fit the document leaves it alone.
+        assert!(interleave(xml, b"MVV").is_none());
+        assert!(interleave(xml, b"MMVV!").is_none());
+        assert!(interleave("<R></R>", b"").is_none());
     }
 }

@@ -93,7 +93,11 @@ pub(super) async fn list_object_versions(
     let owner = Some(super::acl::owner());
     let mut versions = Vec::new();
     let mut markers = Vec::new();
+    // The store's order (by key, newest first), one letter per entry, for
+    // the layer that writes the two lists as one (patches.rs).
+    let mut order = String::with_capacity(page.versions.len());
     for v in page.versions {
+        order.push(if v.delete_marker { 'M' } else { 'V' });
         if v.delete_marker {
             markers.push(DeleteMarkerEntry {
                 key: Some(enc(v.key)),
@@ -118,7 +122,8 @@ pub(super) async fn list_object_versions(
             });
         }
     }
-    Ok(S3Response::new(ListObjectVersionsOutput {
+    let interleaved = !versions.is_empty() && !markers.is_empty();
+    let mut resp = S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
         prefix: Some(enc(input.prefix.unwrap_or_default())),
         key_marker: Some(enc(input.key_marker.unwrap_or_default())),
@@ -134,5 +139,11 @@ pub(super) async fn list_object_versions(
         delete_markers: Some(markers),
         common_prefixes: Some(common_prefixes(page.common_prefixes, url)),
         ..Default::default()
-    }))
+    });
+    if interleaved {
+        if let Ok(v) = http::HeaderValue::from_str(&order) {
+            resp.headers.insert(crate::patches::VERSION_ORDER_HEADER, v);
+        }
+    }
+    Ok(resp)
 }
