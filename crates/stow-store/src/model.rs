@@ -39,6 +39,16 @@ pub struct ObjectProps {
     /// retention. Changed only through the store's object lock calls.
     #[serde(default, skip_serializing_if = "ObjectLock::is_empty")]
     pub lock: ObjectLock,
+    /// The writer asked for server-managed encryption (S3's SSE-S3,
+    /// `x-amz-server-side-encryption: AES256`). Kept and answered, as
+    /// clients compare it with what they asked for; the store does not
+    /// encrypt these bytes (SECURITY.md). Not written when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sse_s3: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A canned ACL (S3's `x-amz-acl` values that grant beyond the owner),

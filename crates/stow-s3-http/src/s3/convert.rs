@@ -347,6 +347,8 @@ macro_rules! props_of {
             acl: super::acl::canned($input.acl.as_ref().map(|a| a.as_str()))?,
             // Set by the caller from the x-amz-object-lock-* headers.
             lock: Default::default(),
+            // Set by the caller once SSE-C is ruled out beside it (sse.rs).
+            sse_s3: false,
         }
     };
 }

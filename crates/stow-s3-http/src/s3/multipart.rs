@@ -58,6 +58,11 @@ pub(super) async fn create_multipart_upload(
         encryption,
     };
     opts.props.lock = lock;
+    opts.props.sse_s3 = super::sse::server_managed(
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+    )?;
+    let server_side_encryption = super::sse::server_managed_echo(&opts.props);
     super::ownership::check_acl(svc, &input.bucket, opts.props.acl).await?;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -77,6 +82,7 @@ pub(super) async fn create_multipart_upload(
         checksum_algorithm: alg.map(dto_alg),
         checksum_type: alg
             .map(|_| dto_checksum_type(kind.unwrap_or(store::ChecksumType::Composite))),
+        server_side_encryption,
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         ..Default::default()
@@ -288,6 +294,7 @@ pub(super) async fn complete_multipart_upload(
         e_tag: Some(etag(&meta.etag)),
         version_id: written_version(&meta),
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
+        server_side_encryption: super::sse::server_managed_echo(&meta.props),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
         checksum_crc64nvme: c.crc64nvme,

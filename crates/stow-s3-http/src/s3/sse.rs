@@ -1,11 +1,14 @@
-//! Customer-provided keys (SSE-C) on the wire: the
+//! Server-side encryption on the wire. Customer-provided keys (SSE-C): the
 //! `x-amz-server-side-encryption-customer-*` headers (and their
 //! `x-amz-copy-source-` forms) read into a `stow_store::CustomerKey`, and
-//! echoed on answers. The keys' checks and the encryption are the store's.
+//! echoed on answers; the keys' checks and the encryption are the store's.
+//! Server-managed keys (SSE-S3, `x-amz-server-side-encryption: AES256`):
+//! kept with the object and answered, the bytes not encrypted (SECURITY.md).
+//! SSE-KMS needs a key service this server does not have: refused.
 
 use s3s::dto::{CopyObjectInput, ServerSideEncryption};
 use s3s::{s3_error, S3Result};
-use stow_store::{CustomerKey, ObjectBackend, CUSTOMER_KEY_ALGORITHM};
+use stow_store::{CustomerKey, ObjectBackend, ObjectProps, CUSTOMER_KEY_ALGORITHM};
 
 use crate::errors::to_s3;
 
@@ -29,6 +32,41 @@ pub(super) fn customer_key(
         ));
     }
     usable(store, given)
+}
+
+/// Whether a write asks for server-managed encryption (SSE-S3, `AES256`).
+/// SSE-KMS (`aws:kms`, `aws:kms:dsse`, or a KMS key ID) would need a key
+/// service: NotImplemented, never silently ignored. Called after
+/// [`customer_key`], which refuses either beside SSE-C.
+pub(super) fn server_managed(
+    sse: Option<&ServerSideEncryption>,
+    kms_key: Option<&str>,
+) -> S3Result<bool> {
+    let kms = || {
+        s3_error!(
+            NotImplemented,
+            "SSE-KMS is not offered: there is no KMS here; use AES256 (SSE-S3) or a customer-provided key (SSE-C)"
+        )
+    };
+    if kms_key.is_some() {
+        return Err(kms());
+    }
+    match sse.map(ServerSideEncryption::as_str) {
+        None => Ok(false),
+        Some(ServerSideEncryption::AES256) => Ok(true),
+        Some(ServerSideEncryption::AWS_KMS | ServerSideEncryption::AWS_KMS_DSSE) => Err(kms()),
+        Some(_) => Err(s3_error!(
+            InvalidArgument,
+            "The encryption method specified is not supported"
+        )),
+    }
+}
+
+/// The `x-amz-server-side-encryption` an answer about an object carries.
+pub(super) fn server_managed_echo(props: &ObjectProps) -> Option<ServerSideEncryption> {
+    props
+        .sse_s3
+        .then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256))
 }
 
 /// The key of a request that can only name SSE-C (reads, parts, the

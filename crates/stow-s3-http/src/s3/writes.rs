@@ -50,6 +50,10 @@ pub(super) async fn put_object(
         input.sse_customer_key.as_deref(),
         input.sse_customer_key_md5.as_deref(),
     )?;
+    opts.props.sse_s3 = super::sse::server_managed(
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+    )?;
     let echo = super::sse::Echo::of(opts.encryption.as_ref());
     let body = request_body(input.body, input.content_length).await;
     let (bucket, key) = (input.bucket, input.key);
@@ -84,6 +88,7 @@ pub(super) async fn put_object(
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
         version_id: written_version(&meta),
+        server_side_encryption: super::sse::server_managed_echo(&meta.props),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
@@ -194,6 +199,10 @@ pub(super) async fn copy_object(
     )?;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let (encryption, source_key) = super::sse::copy_keys(svc.store.as_ref(), &input)?;
+    let sse_s3 = super::sse::server_managed(
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+    )?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let replace = match input
         .metadata_directive
@@ -216,7 +225,7 @@ pub(super) async fn copy_object(
         Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive")),
     };
     // A copy onto itself that changes its encryption is a change.
-    let rekeyed = encryption.is_some() || source_key.is_some();
+    let rekeyed = encryption.is_some() || source_key.is_some() || sse_s3;
     if !replace
         && !replace_tags
         && !rekeyed
@@ -229,7 +238,9 @@ pub(super) async fn copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
-    let replace_props = if replace || replace_tags {
+    // The copy's SSE-S3 is what its request asks for; with the COPY
+    // directive, the source's too.
+    let replace_props = if replace || replace_tags || sse_s3 {
         // What one directive does not replace comes from the source.
         let source = {
             let (b, k, v) = (src_bucket.clone(), src_key.clone(), src_version.clone());
@@ -247,6 +258,7 @@ pub(super) async fn copy_object(
             source.props
         };
         props.tags = tags;
+        props.sse_s3 |= sse_s3;
         Some(props)
     } else {
         None
@@ -286,6 +298,7 @@ pub(super) async fn copy_object(
         version_id: written_version(&meta),
         copy_source_version_id,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
+        server_side_encryption: super::sse::server_managed_echo(&meta.props),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         ..Default::default()
