@@ -141,8 +141,32 @@ pub(super) fn stored_encoding(enc: Option<String>) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join(", "))
 }
 
-pub(super) fn metadata_in(m: Option<Metadata>) -> BTreeMap<String, String> {
-    m.map(|m| m.into_iter().collect()).unwrap_or_default()
+/// User metadata as the request's `x-amz-meta-*` headers carry it: a
+/// value's bytes read as UTF-8, or where they are not UTF-8, one character
+/// per byte (ISO 8859-1, as Node and browsers send text). `s3s` would
+/// decode RFC 2047 words too; those are kept as the text they are.
+/// [`metadata_raw_headers`] writes them back so that clients read what
+/// they wrote (botocore sends UTF-8 and reads ISO 8859-1).
+pub(super) fn metadata_in(
+    m: Option<Metadata>,
+    headers: &http::HeaderMap,
+) -> BTreeMap<String, String> {
+    let sent = |name: &str| {
+        let bytes = headers.get(format!("x-amz-meta-{name}"))?.as_bytes();
+        Some(match std::str::from_utf8(bytes) {
+            Ok(text) => text.to_string(),
+            Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
+        })
+    };
+    m.map(|m| {
+        m.into_iter()
+            .map(|(k, v)| {
+                let value = sent(&k).unwrap_or(v);
+                (k, value)
+            })
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The ASCII-only user metadata, which `s3s` writes as headers unchanged.
@@ -158,14 +182,22 @@ pub(super) fn metadata_out(m: &BTreeMap<String, String>) -> Option<Metadata> {
     (!ascii.is_empty()).then_some(ascii)
 }
 
-/// `x-amz-meta-*` headers for the metadata values that are not ASCII, as
-/// their UTF-8 bytes (what the client sent), for a response's own headers.
+/// `x-amz-meta-*` headers for the metadata values that are not ASCII, for
+/// a response's own headers: a value whose characters all fit in one byte
+/// (up to U+00FF) as those bytes, which is how HTTP clients (botocore's
+/// `http.client`, Node, browsers) read header bytes back into text; a value
+/// with wider characters as its UTF-8 bytes. `s3s` would RFC 2047-encode
+/// them instead, which no SDK decodes.
 pub(super) fn metadata_raw_headers(m: &BTreeMap<String, String>) -> S3Result<http::HeaderMap> {
     let mut headers = http::HeaderMap::new();
     for (k, v) in m.iter().filter(|(_, v)| !v.is_ascii()) {
         let name = http::HeaderName::from_bytes(format!("x-amz-meta-{k}").as_bytes())
             .map_err(S3Error::internal_error)?;
-        let value = http::HeaderValue::from_bytes(v.as_bytes()).map_err(S3Error::internal_error)?;
+        let bytes: Vec<u8> = match v.chars().map(|c| u8::try_from(c).ok()).collect() {
+            Some(latin1) => latin1,
+            None => v.as_bytes().to_vec(),
+        };
+        let value = http::HeaderValue::from_bytes(&bytes).map_err(S3Error::internal_error)?;
         headers.insert(name, value);
     }
     Ok(headers)
@@ -334,10 +366,10 @@ pub(super) fn common_prefixes(prefixes: Vec<String>, url: bool) -> CommonPrefixL
 /// Object properties from an input carrying S3's standard header fields
 /// (put, copy with REPLACE, multipart create all name them alike).
 macro_rules! props_of {
-    ($input:expr) => {
+    ($input:expr, $headers:expr) => {
         store::ObjectProps {
             content_type: $input.content_type,
-            metadata: metadata_in($input.metadata),
+            metadata: metadata_in($input.metadata, $headers),
             content_encoding: stored_encoding($input.content_encoding),
             content_disposition: $input.content_disposition,
             content_language: $input.content_language,

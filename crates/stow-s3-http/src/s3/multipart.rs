@@ -52,7 +52,7 @@ pub(super) async fn create_multipart_upload(
     )?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let mut opts = store::CreateUploadOptions {
-        props: props_of!(input),
+        props: props_of!(input, &req.headers),
         checksum_algorithm: alg,
         checksum_type: kind,
         encryption,

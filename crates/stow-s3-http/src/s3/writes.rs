@@ -32,7 +32,7 @@ pub(super) async fn put_object(
         input.object_lock_legal_hold_status.as_ref(),
     )?;
     let mut opts = store::PutOptions {
-        props: props_of!(input),
+        props: props_of!(input, &req.headers),
         checksum_algorithm: declared.or(trailer),
         expected_checksums: supplied,
         content_md5: input.content_md5,
@@ -253,7 +253,7 @@ pub(super) async fn copy_object(
             source.props.tags.clone()
         };
         let mut props = if replace {
-            props_of!(input)
+            props_of!(input, &req.headers)
         } else {
             source.props
         };
