@@ -633,3 +633,20 @@ def mutate_tree(rng: random.Random, root: pathlib.Path, *, tag: str, big_every=4
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(tag.encode() + rng.randbytes(rng.randint(*big)))
     return tree_of(root)
+
+
+class Stop(Exception):
+    """The server is gone (or answered with something other than a clean
+    refusal): the worker stops, its write stays in flight."""
+
+
+class Upload:
+    """A multipart upload the model follows: its acknowledged parts, the
+    part in flight, and whether its completion was sent or acknowledged."""
+
+    def __init__(self, bucket, key):
+        self.bucket, self.key = bucket, key
+        self.id = None
+        self.parts = {}  # acknowledged: number -> (etag, size)
+        self.in_flight = None  # (number, etag, size) of a part being sent
+        self.completion = None  # None, "in flight", "acked"
