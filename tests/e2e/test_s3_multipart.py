@@ -64,8 +64,10 @@ def test_multipart_failures(s3):
     small = s3.upload_part(Bucket="mpf", Key="k", UploadId=uid, PartNumber=1, Body=b"abcd")["ETag"]
     last = s3.upload_part(Bucket="mpf", Key="k", UploadId=uid, PartNumber=2, Body=b"efgh")["ETag"]
     bad_lists = [
-        ([{"PartNumber": 1, "ETag": small}, {"PartNumber": 1, "ETag": small}], "InvalidPart"),
-        ([{"PartNumber": 2, "ETag": last}, {"PartNumber": 1, "ETag": small}], "InvalidPart"),
+        # A part named twice or out of order is InvalidPartOrder, as AWS
+        # answers (it was InvalidPart).
+        ([{"PartNumber": 1, "ETag": small}, {"PartNumber": 1, "ETag": small}], "InvalidPartOrder"),
+        ([{"PartNumber": 2, "ETag": last}, {"PartNumber": 1, "ETag": small}], "InvalidPartOrder"),
         ([{"PartNumber": 1, "ETag": '"00000000000000000000000000000000"'}], "InvalidPart"),
         ([{"PartNumber": 1, "ETag": small}, {"PartNumber": 2, "ETag": last}], "EntityTooSmall"),
     ]

@@ -86,6 +86,7 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::TooLarge { .. } => S3ErrorCode::EntityTooLarge,
         E::NoSuchUpload { .. } => S3ErrorCode::NoSuchUpload,
         E::InvalidPart { .. } => S3ErrorCode::InvalidPart,
+        E::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
         E::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
         E::QuotaExceeded { .. } => {
             let mut err = S3Error::with_message(

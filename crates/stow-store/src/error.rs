@@ -168,9 +168,13 @@ pub enum StoreError {
     TooLarge { size: u64, limit: u64 },
     #[error("multipart upload {upload_id} does not exist")]
     NoSuchUpload { upload_id: String },
-    /// Part list of a completion is empty, unordered, unknown or mismatched.
+    /// Part list of a completion is empty, unknown or mismatched.
     #[error("invalid part: {reason}")]
     InvalidPart { reason: String },
+    /// Part list of a completion is not in ascending part-number order, or
+    /// names a part number twice.
+    #[error("the list of parts was not in ascending order; parts must be ordered by part number, each once")]
+    InvalidPartOrder,
     /// A non-final part is below the 5 MiB minimum.
     #[error("part {part_number} is {size} bytes; every part but the last must be at least 5 MiB")]
     EntityTooSmall { part_number: u32, size: u64 },
@@ -232,6 +236,7 @@ impl StoreError {
             TooLarge { .. } => "too_large",
             NoSuchUpload { .. } => "no_such_upload",
             InvalidPart { .. } => "invalid_part",
+            InvalidPartOrder => "invalid_part_order",
             EntityTooSmall { .. } => "entity_too_small",
             InvalidPartNumber(_) => "invalid_part_number",
             Corrupt(_) => "corrupt",

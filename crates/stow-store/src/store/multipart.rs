@@ -602,9 +602,7 @@ pub(crate) fn check_part_list(listed: &[CompletedPart]) -> Result<()> {
         .windows(2)
         .any(|w| w[0].part_number >= w[1].part_number)
     {
-        return Err(StoreError::InvalidPart {
-            reason: "parts must be listed in ascending order without repeats".into(),
-        });
+        return Err(StoreError::InvalidPartOrder);
     }
     Ok(())
 }

@@ -350,8 +350,14 @@ pub(crate) fn multipart_refusals(make: Make) {
     };
     let cases: Vec<(Vec<CompletedPart>, &str)> = vec![
         (vec![], "invalid_part"),
-        (vec![p(1, &small.etag), p(1, &small.etag)], "invalid_part"),
-        (vec![p(2, &last.etag), p(1, &small.etag)], "invalid_part"),
+        (
+            vec![p(1, &small.etag), p(1, &small.etag)],
+            "invalid_part_order",
+        ),
+        (
+            vec![p(2, &last.etag), p(1, &small.etag)],
+            "invalid_part_order",
+        ),
         (
             vec![p(1, "\"00000000000000000000000000000000\"")],
             "invalid_part",
