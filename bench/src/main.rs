@@ -51,6 +51,11 @@ enum Suite {
     /// SigV4 HTTP/1.1 load generator: 4 KiB PUT/GET at 1 and 16
     /// connections, large PUT/GET, LIST, server CPU per op, RSS, start time.
     S3(SuiteArgs),
+    /// What S3 versioning costs on one `stow-s3 serve`: 4 KiB PUT (fresh
+    /// keys and overwrites) and GET in a versioned bucket against an
+    /// unversioned one, and ListObjectVersions pages of 1,000 in 100,000
+    /// versions against ListObjectsV2 pages (issue 29).
+    S3Versions(SuiteArgs),
     /// Drive 4 KiB (or --size) PUTs at an already running server, for
     /// profiling it; prints the rate only.
     S3Load(suites::s3::LoadArgs),
@@ -84,6 +89,7 @@ fn run(cli: &Cli) -> Result<()> {
         Suite::Workspace(args) => (suites::workspace::run(args)?, args),
         Suite::Remote(args) => (suites::remote::run(args)?, args),
         Suite::S3(args) => (suites::s3::run(args)?, args),
+        Suite::S3Versions(args) => (suites::s3::versions::run(args)?, args),
     };
     print!("{}", report.table());
     if let Some(path) = &args.json {

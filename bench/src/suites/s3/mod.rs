@@ -17,22 +17,22 @@
 //! the `moto_server` that `pyenv which` names, or `moto_server` on PATH.
 
 mod client;
+mod frame;
 mod load;
 mod servers;
+pub mod versions;
 
+pub(crate) use frame::{Finish, Frame};
 pub use load::{load, LoadArgs};
 pub(crate) use servers::start_ours;
 use servers::*;
 
 use std::io::Read;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::data::{mix, Pool, SEED};
-use crate::harness::{
-    context, run_threads, vm_hwm_kib, Cache, Figure, Result, Run, Side, Spec, Stat, Unit, Work,
-};
-use crate::machine::{loadavg, Machine};
+use crate::harness::{run_threads, Cache, Figure, Result, Run, Side, Spec, Stat, Unit, Work};
 use crate::report::{Info, Report};
 use crate::suites::SuiteArgs;
 
@@ -41,8 +41,8 @@ use client::{ok, Conn, Creds};
 pub(crate) const ACCESS_KEY: &str = "stowbench";
 pub(crate) const SECRET_KEY: &str = "stowbench-secret-key-0000000000000000";
 pub(crate) const REGION: &str = "us-east-1";
-const SMALL: u64 = 4 * 1024;
-const TINY: u64 = 64;
+pub(crate) const SMALL: u64 = 4 * 1024;
+pub(crate) const TINY: u64 = 64;
 pub(crate) const S3S_FS_VERSION: &str = "0.14.1";
 
 /// Targets of the issue.
@@ -106,7 +106,7 @@ impl Plan {
     }
 }
 
-fn creds() -> Creds {
+pub(crate) fn creds() -> Creds {
     Creds {
         access_key: ACCESS_KEY.into(),
         secret_key: SECRET_KEY.into(),
@@ -116,7 +116,7 @@ fn creds() -> Creds {
 
 /// Runs `body(conn, thread)` on `conns` connections released together,
 /// and charges the server's CPU time over the run to it.
-fn drive<F>(srv: &Server, conns: usize, body: F) -> Result<Run>
+pub(crate) fn drive<F>(srv: &Server, conns: usize, body: F) -> Result<Run>
 where
     F: Fn(&mut Conn, usize) -> Result<Work> + Sync,
 {
@@ -135,7 +135,7 @@ where
 
 /// `ops` PUTs of `size`-byte bodies under `prefix`, spread over `conns`
 /// connections, stopping early at `cap`.
-fn put_many(
+pub(crate) fn put_many(
     srv: &Server,
     bucket: &str,
     prefix: &str,
@@ -161,8 +161,40 @@ fn put_many(
     })
 }
 
+/// `ops` GETs of `size`-byte objects `{path}{k:07}` (`path` is
+/// `/bucket/prefix`), `k` picked with a seeded hash (varying with `rep`)
+/// among `objects`, spread over `conns` connections, stopping early at
+/// `cap`; every answer must have `size` bytes.
+pub(crate) fn get_many(
+    srv: &Server,
+    path: &str,
+    conns: usize,
+    (ops, cap): (u64, Duration),
+    objects: u64,
+    size: u64,
+    rep: usize,
+) -> Result<Run> {
+    let start = Instant::now();
+    drive(srv, conns, |conn, t| {
+        let mut w = Work::default();
+        let mut i = t as u64;
+        while i < ops && start.elapsed() < cap {
+            let key = mix(SEED ^ ((rep as u64) << 40) ^ i) % objects;
+            let r = conn.request("GET", &format!("{path}{key:07}"), "", b"", true)?;
+            let r = ok("GET object", r)?;
+            if r.len != size {
+                return Err(format!("GET returned {} bytes, not {size}", r.len).into());
+            }
+            w.ops += 1;
+            w.bytes += r.len;
+            i += conns as u64;
+        }
+        Ok(w)
+    })
+}
+
 /// Fills `bucket` with `n` keys `{prefix}{i:07}` on 16 connections.
-fn populate(
+pub(crate) fn populate(
     srv: &Server,
     bucket: &str,
     prefix: &str,
@@ -183,7 +215,7 @@ fn populate(
     Ok(run)
 }
 
-fn create_bucket(srv: &Server, bucket: &str) -> Result<()> {
+pub(crate) fn create_bucket(srv: &Server, bucket: &str) -> Result<()> {
     let mut conn = Conn::new(srv.addr, &creds())?;
     let r = conn.request("PUT", &format!("/{bucket}"), "", b"", false)?;
     // 409 (already exists / owned by you) is fine on a reused data dir.
@@ -191,6 +223,17 @@ fn create_bucket(srv: &Server, bucket: &str) -> Result<()> {
         ok(&format!("{}: create bucket {bucket}", srv.kind.name()), r)?;
     }
     Ok(())
+}
+
+/// 256 seeded 4 KiB bodies (windows of `pool`) for the small PUTs.
+pub(crate) fn small_bodies(pool: &Pool) -> Result<Vec<Vec<u8>>> {
+    let bodies = (0..256)
+        .map(|i| {
+            let mut b = Vec::with_capacity(SMALL as usize);
+            pool.body(i, SMALL).read_to_end(&mut b).map(|_| b)
+        })
+        .collect::<std::io::Result<_>>()?;
+    Ok(bodies)
 }
 
 /// One side's runs of one workload.
@@ -267,25 +310,11 @@ fn median(v: &[f64]) -> f64 {
 
 /// Runs the s3 suite.
 pub fn run(args: &SuiteArgs) -> Result<Report> {
-    let started_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let plan = Plan::new(args.quick);
     let bins = find_bins()?;
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&base).map_err(context(format!("create {}", base.display())))?;
-    let waited = Instant::now();
-    if !args.no_settle {
-        super::settle(&base);
-    }
-    let waited = waited.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    let loadavg_start = loadavg();
-    let tmp = tempfile::Builder::new()
-        .prefix("stow-bench-s3-")
-        .tempdir_in(&base)
-        .map_err(context(format!("create a directory in {}", base.display())))?;
-    let machine = Machine::probe(tmp.path());
+    let frame = Frame::open(args, "stow-bench-s3-")?;
+    let (started_unix, t0, loadavg_start) = (frame.started_unix, frame.t0, frame.loadavg_start);
+    let machine = frame.machine.clone();
     eprintln!(
         "stow-bench s3 ({}): {}\n  ours {}\n  s3s-fs {}\n  moto {}",
         plan.mode,
@@ -296,33 +325,15 @@ pub fn run(args: &SuiteArgs) -> Result<Report> {
     );
 
     let mut servers: Vec<Server> = Vec::new();
-    let result = measure(&plan, &bins, tmp.path(), &mut servers);
+    let result = measure(&plan, &bins, frame.tmp.path(), &mut servers);
     for s in servers {
         s.stop();
     }
     let (figures, mut info, notes) = result?;
-    let peak_rss_kib = vm_hwm_kib();
-    let loadavg_end = loadavg();
-    let t = Instant::now();
-    // Many files: unlink them on several threads first (see the store suite).
-    let removed = crate::harness::remove_files_parallel(tmp.path(), 8);
-    let closed = tmp.close();
-    super::mark_cleanup(&base);
-    removed?;
-    closed.map_err(context("delete the data directory"))?;
-    info.push(Info {
-        name: "delete the data directory".into(),
-        value: t.elapsed().as_secs_f64(),
-        unit: "s".into(),
-    });
-    if waited > 0.5 {
-        info.push(Info {
-            name: "waited for the filesystem to settle after a previous run (not in the run time)"
-                .into(),
-            value: waited,
-            unit: "s".into(),
-        });
-    }
+    let Finish {
+        peak_rss_kib,
+        loadavg_end,
+    } = frame.finish(&mut info)?;
 
     Ok(Report {
         suite: "s3".into(),
@@ -382,12 +393,7 @@ fn measure(plan: &Plan, bins: &Bins, dir: &Path, servers: &mut Vec<Server>) -> R
         })
     };
     let pool = Pool::new(SEED, 4 << 20);
-    let bodies: Vec<Vec<u8>> = (0..256)
-        .map(|i| {
-            let mut b = Vec::with_capacity(SMALL as usize);
-            pool.body(i, SMALL).read_to_end(&mut b).map(|_| b)
-        })
-        .collect::<std::io::Result<_>>()?;
+    let bodies = small_bodies(&pool)?;
 
     // Start-to-ready and idle RSS: a first start on a fresh data directory
     // (creating it), then `starts` restarts on it (A B C per round); the
@@ -501,23 +507,7 @@ fn measure(plan: &Plan, bins: &Bins, dir: &Path, servers: &mut Vec<Server>) -> R
         let objects = plan.get_objects;
         let cap = plan.cap;
         let runs = rotate(servers, plan.reps, "get", Unit::OpsPerSec, |srv, rep| {
-            let start = Instant::now();
-            drive(srv, conns, |conn, t| {
-                let mut w = Work::default();
-                let mut i = t as u64;
-                while i < ops && start.elapsed() < cap {
-                    let key = mix(SEED ^ ((rep as u64) << 40) ^ i) % objects;
-                    let r = conn.request("GET", &format!("/bench/g{key:07}"), "", b"", true)?;
-                    let r = ok("GET object", r)?;
-                    if r.len != SMALL {
-                        return Err(format!("GET returned {} bytes", r.len).into());
-                    }
-                    w.ops += 1;
-                    w.bytes += r.len;
-                    i += conns as u64;
-                }
-                Ok(w)
-            })
+            get_many(srv, "/bench/g", conns, (ops, cap), objects, SMALL, rep)
         })?;
         figures.extend(figures_of(
             if conns == 1 {
