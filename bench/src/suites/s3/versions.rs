@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::data::{Pool, SEED};
 use crate::harness::{
-    alternate, context, num, run_threads, Cache, Figure, Result, Run, Side, Spec, Stat, Unit, Work,
+    alternate, context, num, Cache, Figure, Result, Run, Side, Spec, Stat, Unit, Work,
 };
 use crate::report::{Info, Report};
 use crate::suites::SuiteArgs;
@@ -407,8 +407,9 @@ type Pages = [Vec<f64>; 4];
 
 /// Times pages of the four listings, ListObjectVersions (ours) against
 /// ListObjectsV2 (peer) alternating per repetition; every answer is
-/// checked. Returns the two figures and every page's latency.
-fn list_figures(plan: &Plan, srv: &Server) -> Result<(Vec<Figure>, Pages)> {
+/// checked. Returns the two figures and every page's latency, and adds
+/// the response sizes to `info`.
+fn list_figures(plan: &Plan, srv: &Server, info: &mut Vec<Info>) -> Result<(Vec<Figure>, Pages)> {
     let all = listings(plan, srv)?;
     let pages: Mutex<Pages> = Mutex::default();
     let names = ["ListObjectVersions", "ListObjectsV2"];
@@ -422,8 +423,7 @@ fn list_figures(plan: &Plan, srv: &Server) -> Result<(Vec<Figure>, Pages)> {
         let runs = pair(plan.reps, "list", names, Unit::MsPerOp, |side, _| {
             let l = &all[pair_at + side];
             let path = format!("/{VERSIONED}");
-            run_threads(1, |_| {
-                let mut conn = Conn::new(srv.addr, &creds())?;
+            drive(srv, 1, |conn, _| {
                 let mut w = Work::default();
                 let mut mine = Vec::new();
                 while w.ops < plan.list_calls {
@@ -439,11 +439,17 @@ fn list_figures(plan: &Plan, srv: &Server) -> Result<(Vec<Figure>, Pages)> {
                 }
                 Ok(w)
             })
-            .map(|mut run| {
-                run.cpu_s = None;
-                run
-            })
         })?;
+        for side in 0..2 {
+            let (ops, bytes) = runs[side]
+                .iter()
+                .fold((0, 0), |(o, b), r| (o + r.ops, b + r.bytes));
+            info.push(Info {
+                name: format!("{}: response size", all[pair_at + side].what),
+                value: bytes as f64 / ops.max(1) as f64 / 1024.0,
+                unit: "KiB per page".into(),
+            });
+        }
         figures.push(figure(
             id,
             &format!("{title} in {total} versions"),
@@ -545,9 +551,6 @@ fn measure(plan: &Plan, srv: &Server) -> Result<Measured> {
         Unit::OpsPerSec.of(&fill),
         fill.cpu_us_per_op().unwrap_or(f64::NAN)
     );
-    let (lists, pages) = list_figures(plan, srv)?;
-    figures.extend(lists);
-
     let mut info = vec![
         Info {
             name: format!("writing the version history ({total} PUT/DELETE, 16 conn)"),
@@ -560,6 +563,8 @@ fn measure(plan: &Plan, srv: &Server) -> Result<Measured> {
             unit: "µs".into(),
         },
     ];
+    let (lists, pages) = list_figures(plan, srv, &mut info)?;
+    figures.extend(lists);
     if let Some(kib) = status_kib(srv.pid(), "VmHWM:") {
         info.push(Info {
             name: "stow-s3 peak RSS over the run (VmHWM)".into(),
@@ -588,7 +593,8 @@ fn method(plan: &Plan) -> Vec<String> {
          worker thread (TCP_NODELAY), SigV4 header auth with UNSIGNED-PAYLOAD"
             .into(),
         "cpu µs/op is the SERVER's user+system CPU (/proc/PID/stat, clock ticks of 10 ms) \
-         over the run divided by operations (not taken for the listings: too few ticks)"
+         over the run divided by operations (for the listings: per page, a run of pages \
+         spans only tens of ticks)"
             .into(),
     ]
 }
