@@ -60,7 +60,9 @@ pub use lock::{
     Retention, RetentionPeriod, RuleFields,
 };
 pub use model::*;
-pub use settings::{BucketAccess, ObjectOwnership, PublicAccessBlock, MAX_BUCKET_TAGS};
+pub use settings::{
+    BucketAccess, ObjectOwnership, PublicAccessBlock, MAX_BUCKET_POLICY_BYTES, MAX_BUCKET_TAGS,
+};
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, ResetReport, Store, LOCK_FILE,
     MIN_PART_SIZE, SMALL_BODY_MAX, VERIFIED_READ_LIMIT,

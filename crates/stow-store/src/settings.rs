@@ -1,7 +1,8 @@
 //! A bucket's tags, object ownership setting and public access block
 //! (schema 6: `buckets.tags`, `buckets.ownership`,
-//! `buckets.public_access_block`; NULL = none set), and the tags and ACL
-//! of one version of an object. The store keeps and returns them; what
+//! `buckets.public_access_block`; NULL = none set), its policy document
+//! (schema 7: `buckets.policy`, the client's bytes as text; NULL = none),
+//! and the tags and ACL of one version of an object. The store keeps and returns them; what
 //! they allow (and S3's wire rules for them) is the protocol server's
 //! decision. Tags are checked only against the bounds the store keeps
 //! ([`crate::validate::check_tags`]).
@@ -20,6 +21,9 @@ use crate::versions::{self, VersionRef};
 /// Most tags a bucket carries (S3's limit; an object carries at most
 /// [`validate::MAX_TAGS`]).
 pub const MAX_BUCKET_TAGS: usize = 50;
+
+/// Largest bucket policy document kept, in bytes (S3's limit, 20 KiB).
+pub const MAX_BUCKET_POLICY_BYTES: usize = 20 * 1024;
 
 /// A bucket's Object Ownership setting (S3's OwnershipControls rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,10 +73,10 @@ pub struct PublicAccessBlock {
     pub block_public_acls: bool,
     /// Public ACLs grant nothing.
     pub ignore_public_acls: bool,
-    /// Public bucket policies are refused (kept only: no bucket policies
-    /// here).
+    /// Public bucket policies are refused.
     pub block_public_policy: bool,
-    /// The bucket grants nothing to anyone but its owner.
+    /// The bucket grants nothing to anyone but its owner (public ACLs and
+    /// public policies alike).
     pub restrict_public_buckets: bool,
 }
 
@@ -93,6 +97,7 @@ enum Column {
     Tags,
     Ownership,
     PublicAccessBlock,
+    Policy,
 }
 
 impl Column {
@@ -101,6 +106,7 @@ impl Column {
             Column::Tags => "tags",
             Column::Ownership => "ownership",
             Column::PublicAccessBlock => "public_access_block",
+            Column::Policy => "policy",
         }
     }
 }
@@ -227,6 +233,29 @@ impl Store {
         block: Option<PublicAccessBlock>,
     ) -> Result<()> {
         self.set_bucket_column(bucket, Column::PublicAccessBlock, encode(block.as_ref())?)
+    }
+
+    /// A bucket's policy document as it was set (`None`: none), or
+    /// `no_such_bucket`.
+    pub fn bucket_policy(&self, bucket: &str) -> Result<Option<String>> {
+        self.bucket_column(bucket, Column::Policy)
+    }
+
+    /// Sets (`Some`, at most [`MAX_BUCKET_POLICY_BYTES`]) or removes
+    /// (`None`) a bucket's policy document. The store keeps the text as
+    /// given; it checks its size only (what it says is not its business).
+    pub fn set_bucket_policy(&self, bucket: &str, policy: Option<String>) -> Result<()> {
+        if let Some(p) = &policy {
+            if p.len() > MAX_BUCKET_POLICY_BYTES {
+                return Err(StoreError::InvalidArgument {
+                    reason: format!(
+                        "a bucket policy of {} bytes; at most {MAX_BUCKET_POLICY_BYTES} are kept",
+                        p.len()
+                    ),
+                });
+            }
+        }
+        self.set_bucket_column(bucket, Column::Policy, policy)
     }
 
     /// A bucket's ACL, Object Ownership and public access block, read in

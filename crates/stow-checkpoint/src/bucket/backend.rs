@@ -204,6 +204,19 @@ impl ObjectBackend for WorkspaceBucket {
         self.store.set_public_access_block(bucket, block)
     }
 
+    // A bucket policy is kept with the other settings, in the private
+    // store; the protocol server reads and enforces it as on a plain store
+    // (Deny statements bind the owner too; Allow statements are the one
+    // way to open the view to unsigned requests, as the owner chose).
+    fn bucket_policy(&self, bucket: &str) -> StoreResult<Option<String>> {
+        self.store.bucket_policy(bucket)
+    }
+
+    fn set_bucket_policy(&self, bucket: &str, policy: Option<String>) -> StoreResult<()> {
+        let _g = self.s3_write();
+        self.store.set_bucket_policy(bucket, policy)
+    }
+
     fn delete_bucket(&self, name: &str) -> StoreResult<()> {
         if name == self.primary {
             // The primary bucket is the workspace directory itself.

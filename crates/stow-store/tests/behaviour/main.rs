@@ -18,6 +18,7 @@ mod encryption;
 mod lifecycle;
 mod lock;
 mod objects;
+mod policy;
 mod saves;
 mod settings;
 mod uploads;
@@ -29,6 +30,7 @@ use encryption::*;
 use lifecycle::*;
 use lock::*;
 use objects::*;
+use policy::*;
 use saves::*;
 use settings::*;
 use uploads::*;
@@ -36,6 +38,7 @@ use usage::*;
 
 on_both_backends!(
     bucket_settings,
+    bucket_policies,
     version_tags_and_acls,
     retried_completion_same_version,
     buckets,
