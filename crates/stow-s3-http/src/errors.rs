@@ -178,6 +178,17 @@ fn marker_headers(is_marker: bool, version_id: Option<&str>) -> http::HeaderMap 
     headers
 }
 
+/// Maps a refused bucket policy document to its S3 error: 400
+/// MalformedPolicy for what AWS refuses, 501 NotImplemented for what AWS
+/// takes and this server does not evaluate.
+pub(crate) fn policy_refusal(e: crate::policy::PolicyError) -> S3Error {
+    use crate::policy::PolicyError as P;
+    match &e {
+        P::Malformed(_) => S3Error::with_message(S3ErrorCode::MalformedPolicy, e.to_string()),
+        P::Unsupported(_) => S3Error::with_message(S3ErrorCode::NotImplemented, e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

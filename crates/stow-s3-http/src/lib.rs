@@ -12,6 +12,7 @@
 //! form signatures), parses the operation, and calls [`StowS3`], which maps
 //! it onto the store. Storage logic lives only in `stow-store`.
 
+mod access;
 mod admin;
 mod auth;
 mod body;
@@ -23,8 +24,8 @@ mod early;
 mod errors;
 mod hosts;
 mod patches;
+mod policy;
 mod post;
-mod public;
 mod reset;
 mod respond;
 mod s3;
@@ -93,7 +94,7 @@ impl Server {
             access_key: config.access_key.clone(),
             secret_key: SecretKey::from(config.secret_key.as_str()),
         });
-        builder.set_access(public::PublicReads {
+        builder.set_access(access::Access {
             store: config.store.clone(),
         });
         if config.allow_reset {
@@ -233,6 +234,9 @@ impl Handler {
             },
             None => req.map(Body::from),
         };
+        // The caller's address, for a bucket policy's `aws:SourceIp`.
+        let mut req = req;
+        req.extensions_mut().insert(policy::Peer(peer.ip()));
         match self.s3.call(req).await {
             Ok(resp) if attributes => patches::unquote_attributes_etag(resp),
             Ok(resp) if is_form => post::mend(resp),

@@ -2,7 +2,7 @@
 //! and object belongs to the one owner with FULL_CONTROL, and may carry one
 //! of the canned ACLs `private`, `public-read`, `public-read-write`,
 //! `authenticated-read` (kept by the store, answered by Get*Acl as AWS
-//! writes them out, honoured for anonymous reads in `crate::public`);
+//! writes them out, honoured for anonymous reads in `crate::access`);
 //! other grants are NotImplemented.
 
 use s3s::dto::*;

@@ -3,7 +3,8 @@
 //! blocking thread, and converts the result.
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
-//! `listing`, `multipart`, `acl`, `ownership`, `tagging`, `versions`, `cors`, `lifecycle`), conversions in `convert`; the `S3` impl below
+//! `listing`, `multipart`, `acl`, `ownership`, `policy`, `tagging`, `versions`, `cors`,
+//! `lifecycle`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
@@ -16,6 +17,7 @@ mod listing;
 mod lock;
 mod multipart;
 mod ownership;
+mod policy;
 mod reads;
 mod sse;
 mod tagging;
@@ -452,6 +454,34 @@ impl S3 for StowS3 {
         req: S3Request<GetBucketOwnershipControlsInput>,
     ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
         ownership::get_bucket_ownership_controls(self, req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        policy::put_bucket_policy(self, req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        policy::get_bucket_policy(self, req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        policy::delete_bucket_policy(self, req).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        policy::get_bucket_policy_status(self, req).await
     }
 
     async fn put_bucket_ownership_controls(

@@ -1,6 +1,6 @@
 //! Object Ownership (Put/Get/DeleteBucketOwnershipControls) and the public
 //! access block (Put/Get/DeletePublicAccessBlock) of a bucket, kept by the
-//! store and enforced here and in `crate::public`:
+//! store and enforced here and in `crate::access`:
 //!
 //! - `BucketOwnerEnforced` disables ACLs: a request setting an ACL other
 //!   than a private one (`private`, `bucket-owner-full-control`, or an
@@ -12,10 +12,11 @@
 //!   public ACL (`public-read`, `public-read-write`, `authenticated-read`)
 //!   on the bucket or an object in it.
 //! - `IgnorePublicAcls` makes public ACLs grant nothing to anonymous
-//!   requests; `RestrictPublicBuckets` does so for the whole bucket (here
-//!   every anonymous access comes from an ACL, so the two refuse alike).
-//! - `BlockPublicPolicy` is kept and returned: there are no bucket
-//!   policies here for it to block.
+//!   requests; `RestrictPublicBuckets` does so for the whole bucket.
+//! - `BlockPublicPolicy` refuses (403 AccessDenied) a public bucket
+//!   policy (`crate::s3::policy`); `RestrictPublicBuckets` also makes a
+//!   public policy's Allow statements grant nothing to anonymous requests
+//!   (`crate::access`).
 //!
 //! New buckets have neither setting (ACLs enabled, as `ObjectWriter`),
 //! where AWS now starts them with `BucketOwnerEnforced` and every block on.

@@ -1,0 +1,159 @@
+//! The one place where a request becomes what a policy names: its S3
+//! action (`s3:GetObject`, …) and its resource ARN.
+
+use s3s::path::S3Path;
+
+/// The S3 action an operation (`s3s`'s name for it) stands for;
+/// `versioned` when the request names a version (`versionId`), which
+/// several actions have a `…Version…` form for.
+pub(crate) fn action(op: &str, versioned: bool) -> String {
+    let v = |plain: &str, version: &str| (if versioned { version } else { plain }).to_string();
+    let name = match op {
+        "GetObject" | "HeadObject" => return v("s3:GetObject", "s3:GetObjectVersion"),
+        "GetObjectAttributes" => {
+            return v("s3:GetObjectAttributes", "s3:GetObjectVersionAttributes")
+        }
+        "DeleteObject" | "DeleteObjects" => return v("s3:DeleteObject", "s3:DeleteObjectVersion"),
+        "GetObjectTagging" => return v("s3:GetObjectTagging", "s3:GetObjectVersionTagging"),
+        "PutObjectTagging" => return v("s3:PutObjectTagging", "s3:PutObjectVersionTagging"),
+        "DeleteObjectTagging" => {
+            return v("s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging")
+        }
+        "GetObjectAcl" => return v("s3:GetObjectAcl", "s3:GetObjectVersionAcl"),
+        "PutObjectAcl" => return v("s3:PutObjectAcl", "s3:PutObjectVersionAcl"),
+        "PutObject"
+        | "PostObject"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload" => "PutObject",
+        "ListParts" => "ListMultipartUploadParts",
+        "ListMultipartUploads" => "ListBucketMultipartUploads",
+        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
+        "ListObjectVersions" => "ListBucketVersions",
+        "ListBuckets" => "ListAllMyBuckets",
+        "GetBucketCors" => "GetBucketCORS",
+        "PutBucketCors" | "DeleteBucketCors" => "PutBucketCORS",
+        "GetBucketLifecycleConfiguration" => "GetLifecycleConfiguration",
+        "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "PutLifecycleConfiguration",
+        "DeleteBucketTagging" => "PutBucketTagging",
+        "GetPublicAccessBlock" => "GetBucketPublicAccessBlock",
+        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "PutBucketPublicAccessBlock",
+        "DeleteBucketOwnershipControls" => "PutBucketOwnershipControls",
+        "GetObjectLockConfiguration" => "GetBucketObjectLockConfiguration",
+        "PutObjectLockConfiguration" => "PutBucketObjectLockConfiguration",
+        // The rest are named as their operation: GetBucketAcl,
+        // PutBucketVersioning, GetBucketPolicy, AbortMultipartUpload,
+        // GetObjectRetention, …
+        other => other,
+    };
+    format!("s3:{name}")
+}
+
+/// The operations whose only owner is the account itself: AWS lets the
+/// bucket owner's root user get, put and delete the policy even where the
+/// policy denies it, so a policy can never lock its owner out.
+pub(crate) fn owner_always_may(op: &str) -> bool {
+    matches!(
+        op,
+        "GetBucketPolicy" | "PutBucketPolicy" | "DeleteBucketPolicy"
+    )
+}
+
+/// The ARN of a bucket, or of an object in it.
+pub(crate) fn arn(bucket: &str, key: Option<&str>) -> String {
+    match key {
+        Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
+        None => format!("arn:aws:s3:::{bucket}"),
+    }
+}
+
+/// The bucket and key a request path names (`None`: the service itself).
+pub(crate) fn target(path: &S3Path) -> Option<(&str, Option<&str>)> {
+    match path {
+        S3Path::Root => None,
+        S3Path::Bucket { bucket } => Some((bucket.as_ref(), None)),
+        S3Path::Object { bucket, key } => Some((bucket.as_ref(), Some(key.as_ref()))),
+    }
+}
+
+/// The source of a copy from its `x-amz-copy-source` header
+/// (`bucket/key` or `/bucket/key`, percent-encoded, perhaps with
+/// `?versionId=`): `"bucket/key"` decoded, and whether a version is named.
+pub(crate) fn copy_source(header: &str) -> (String, bool) {
+    let (path, query) = match header.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (header, None),
+    };
+    let decoded = percent_decode(path);
+    let source = decoded.strip_prefix('/').unwrap_or(&decoded).to_string();
+    let versioned = query.is_some_and(|q| q.starts_with("versionId="));
+    (source, versioned)
+}
+
+/// Decodes `%XX` (and, with `form`, `+` as a space); a malformed escape is
+/// kept as it is (the operation itself refuses what it cannot read).
+pub(crate) fn percent_decode_with(s: &str, form: bool) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (_, Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', None) if form => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, None) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_decode_with(s, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_by_operation() {
+        assert_eq!(action("HeadObject", false), "s3:GetObject");
+        assert_eq!(action("GetObject", true), "s3:GetObjectVersion");
+        assert_eq!(action("UploadPartCopy", false), "s3:PutObject");
+        assert_eq!(action("ListObjectsV2", false), "s3:ListBucket");
+        assert_eq!(
+            action("DeletePublicAccessBlock", false),
+            "s3:PutBucketPublicAccessBlock"
+        );
+        assert_eq!(action("GetBucketAcl", false), "s3:GetBucketAcl");
+        assert_eq!(
+            action("PutObjectTagging", true),
+            "s3:PutObjectVersionTagging"
+        );
+    }
+
+    #[test]
+    fn copy_sources() {
+        assert_eq!(copy_source("b/k%20x"), ("b/k x".to_string(), false));
+        assert_eq!(
+            copy_source("/b/a%2Fb?versionId=v1"),
+            ("b/a/b".to_string(), true)
+        );
+        assert_eq!(percent_decode_with("a+b%3D%zz", true), "a b=%zz");
+    }
+}
