@@ -698,7 +698,8 @@ def test_versioning_and_tagging_answers(s3):
 def test_listings_name_the_owner_as_s3_does(s3):
     # ListObjects (v1) names every object's owner; ListObjectsV2 only with
     # FetchOwner; ListMultipartUploads names each upload's initiator and
-    # owner. All are the server's one owner, the bucket list's.
+    # owner, and ListParts its upload's. All are the server's one owner,
+    # the bucket list's.
     s3.create_bucket(Bucket="owned")
     s3.put_object(Bucket="owned", Key="k", Body=b"x")
     upload = s3.create_multipart_upload(Bucket="owned", Key="big")["UploadId"]
@@ -710,6 +711,9 @@ def test_listings_name_the_owner_as_s3_does(s3):
     assert [o["Owner"] for o in fetched] == [owner]
     uploads = s3.list_multipart_uploads(Bucket="owned")["Uploads"]
     assert [(u["UploadId"], u["Owner"], u["Initiator"]) for u in uploads] == [(upload, owner, owner)]
+    # ListParts names the upload's owner and initiator too.
+    parts = s3.list_parts(Bucket="owned", Key="big", UploadId=upload)
+    assert (parts["Owner"], parts["Initiator"]) == (owner, owner)
     s3.abort_multipart_upload(Bucket="owned", Key="big", UploadId=upload)
 
 

@@ -2,8 +2,9 @@
 them for ACL-enabled buckets: Put/Get/DeleteBucketOwnershipControls and
 Put/Get/DeletePublicAccessBlock kept (a bucket without them answers
 OwnershipControlsNotFoundError / NoSuchPublicAccessBlockConfiguration,
-404) and enforced. BucketOwnerEnforced refuses every ACL but a private
-one (AccessControlListNotSupported, 400) and makes ACLs grant nothing;
+404) and enforced. BucketOwnerEnforced refuses every ACL but
+bucket-owner-full-control, a named private one too
+(AccessControlListNotSupported, 400), and makes ACLs grant nothing;
 it cannot be set while the bucket's ACL is public
 (InvalidBucketAclWithObjectOwnership). BlockPublicAcls refuses a request
 setting a public ACL (AccessDenied, 403); IgnorePublicAcls and
@@ -118,8 +119,10 @@ def test_bucket_owner_enforced_disables_acls(s3server, s3):
     s3.put_bucket_ownership_controls(Bucket="enforced", OwnershipControls=ENFORCED)
     # ACLs grant nothing now: the public object is closed to anonymous reads.
     refused(lambda: anon.get_object(Bucket="enforced", Key="open"), "AccessDenied", 403)
-    # Every ACL-setting request but a private one: 400, nothing changes.
-    for acl in ("public-read", "public-read-write", "authenticated-read"):
+    # Every ACL-setting request but bucket-owner-full-control (or none):
+    # 400, nothing changes; a named `private` too, as AWS takes only the
+    # former.
+    for acl in ("public-read", "public-read-write", "authenticated-read", "private"):
         refused(lambda: s3.put_object(Bucket="enforced", Key="k", Body=b"x", ACL=acl),
                 "AccessControlListNotSupported", 400)
         refused(lambda: s3.put_bucket_acl(Bucket="enforced", ACL=acl), "AccessControlListNotSupported", 400)
@@ -133,11 +136,11 @@ def test_bucket_owner_enforced_disables_acls(s3server, s3):
     refused(lambda: s3.put_bucket_acl(Bucket="enforced", GrantRead=f'uri="{ALL_USERS}"'),
             "AccessControlListNotSupported", 400)
     refused(lambda: s3.head_object(Bucket="enforced", Key="k"), "404", 404)
-    # Private ones are fine, and ACLs are still read.
-    for acl in ("private", "bucket-owner-full-control"):
-        s3.put_object(Bucket="enforced", Key="k", Body=b"x", ACL=acl)
-        s3.put_object_acl(Bucket="enforced", Key="k", ACL=acl)
-    s3.put_bucket_acl(Bucket="enforced", ACL="private")
+    # The owner's own are fine, and ACLs are still read.
+    s3.put_object(Bucket="enforced", Key="k", Body=b"x")
+    s3.put_object(Bucket="enforced", Key="k", Body=b"x", ACL="bucket-owner-full-control")
+    s3.put_object_acl(Bucket="enforced", Key="k", ACL="bucket-owner-full-control")
+    s3.put_bucket_acl(Bucket="enforced", ACL="bucket-owner-full-control")
     assert s3.get_object_acl(Bucket="enforced", Key="k")["Grants"]
     # Removing the setting enables ACLs again.
     s3.delete_bucket_ownership_controls(Bucket="enforced")

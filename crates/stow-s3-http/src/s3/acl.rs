@@ -200,8 +200,9 @@ pub(super) async fn get_object_acl(
 
 /// The canned ACL a Put*Acl request sets on `bucket` (or an object in
 /// it), as its Object Ownership and public access block allow: with ACLs
-/// disabled (BucketOwnerEnforced) anything but a private ACL is
-/// AccessControlListNotSupported, grant headers included; a public ACL
+/// disabled (BucketOwnerEnforced) anything but `bucket-owner-full-control`
+/// or a policy granting the owner alone is AccessControlListNotSupported,
+/// a named `private` and grant headers included; a public ACL
 /// under BlockPublicAcls is AccessDenied.
 async fn allowed_acl(
     svc: &StowS3,
@@ -216,7 +217,11 @@ async fn allowed_acl(
     let disabled = access
         .ownership
         .is_some_and(stow_store::ObjectOwnership::acls_disabled);
-    if disabled && (any_grant_header || !requested.as_ref().is_ok_and(|a| a.is_private())) {
+    if disabled
+        && (any_grant_header
+            || super::ownership::named_beyond_owner(header)
+            || !requested.as_ref().is_ok_and(|a| a.is_private()))
+    {
         return Err(super::ownership::acls_disabled());
     }
     let acl = requested?;

@@ -63,7 +63,8 @@ pub(super) async fn create_multipart_upload(
         input.ssekms_key_id.as_deref(),
     )?;
     let server_side_encryption = super::sse::server_managed_echo(&opts.props);
-    super::ownership::check_acl(svc, &input.bucket, opts.props.acl).await?;
+    let named = input.acl.as_ref().map(|a| a.as_str());
+    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, named).await?;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let info = blocking(move || store.create_upload(&bucket, &key, opts)).await?;
@@ -378,6 +379,12 @@ pub(super) async fn list_parts(
                 })
                 .collect(),
         ),
+        // The one owner started every upload (see `acl::owner`).
+        initiator: Some(Initiator {
+            display_name: super::acl::owner().display_name,
+            id: super::acl::owner().id,
+        }),
+        owner: Some(super::acl::owner()),
         ..Default::default()
     }))
 }

@@ -41,7 +41,8 @@ pub(super) async fn put_object(
         encryption: None,
     };
     opts.props.lock = lock;
-    super::ownership::check_acl(svc, &input.bucket, opts.props.acl).await?;
+    let named = input.acl.as_ref().map(|a| a.as_str());
+    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, named).await?;
     opts.encryption = super::sse::customer_key(
         svc.store.as_ref(),
         input.server_side_encryption.as_ref(),
@@ -190,7 +191,8 @@ pub(super) async fn copy_object(
     let input = req.input;
     // The copy's own ACL (never the source's), whatever the directive.
     let acl = super::acl::canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    super::ownership::check_acl(svc, &input.bucket, acl).await?;
+    let named = input.acl.as_ref().map(|a| a.as_str());
+    super::ownership::check_acl(svc, &input.bucket, acl, named).await?;
     // And its own lock: the headers, else the bucket's default retention.
     let lock = super::lock::lock_of(
         input.object_lock_mode.as_ref(),
