@@ -263,8 +263,10 @@ def test_presigned_urls(s3server, s3):
 
 def test_unsupported_features_answer_501(s3):
     s3.create_bucket(Bucket="nope")
+    # Bucket logging is not offered (bucket policies, once here, are now
+    # implemented: tests/e2e/test_s3_bucket_policy.py).
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_bucket_policy(Bucket="nope", Policy='{"Version": "2012-10-17", "Statement": []}')
+        s3.put_bucket_logging(Bucket="nope", BucketLoggingStatus={})
     assert code_of(e) == ("NotImplemented", 501)
 
 
@@ -276,7 +278,10 @@ def test_sigv2_is_refused_by_name(s3server):
     assert b"Signature Version 2" in e.value.read()
 
 
-def test_unsigned_requests_are_denied(s3server):
+def test_unsigned_requests_are_denied(s3server, s3):
+    # To a bucket that exists (to one that does not, S3 answers
+    # NoSuchBucket to anyone: test_s3_public_access.py).
+    s3.create_bucket(Bucket="health")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(s3server.endpoint + "/health")
     assert e.value.code == 403

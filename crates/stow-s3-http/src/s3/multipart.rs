@@ -63,8 +63,7 @@ pub(super) async fn create_multipart_upload(
         input.ssekms_key_id.as_deref(),
     )?;
     let server_side_encryption = super::sse::server_managed_echo(&opts.props);
-    let named = input.acl.as_ref().map(|a| a.as_str());
-    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, named).await?;
+    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, input.acl.as_ref()).await?;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let info = blocking(move || store.create_upload(&bucket, &key, opts)).await?;

@@ -82,9 +82,9 @@ pub(super) async fn check_acl(
     svc: &StowS3,
     bucket: &str,
     acl: CannedAcl,
-    named: Option<&str>,
+    named: Option<&ObjectCannedACL>,
 ) -> S3Result<()> {
-    let named = named_beyond_owner(named);
+    let named = named_beyond_owner(named.map(|a| a.as_str()));
     if acl.is_private() && !named {
         return Ok(());
     }

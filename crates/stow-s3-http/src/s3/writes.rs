@@ -41,8 +41,7 @@ pub(super) async fn put_object(
         encryption: None,
     };
     opts.props.lock = lock;
-    let named = input.acl.as_ref().map(|a| a.as_str());
-    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, named).await?;
+    super::ownership::check_acl(svc, &input.bucket, opts.props.acl, input.acl.as_ref()).await?;
     opts.encryption = super::sse::customer_key(
         svc.store.as_ref(),
         input.server_side_encryption.as_ref(),
@@ -191,8 +190,7 @@ pub(super) async fn copy_object(
     let input = req.input;
     // The copy's own ACL (never the source's), whatever the directive.
     let acl = super::acl::canned(input.acl.as_ref().map(|a| a.as_str()))?;
-    let named = input.acl.as_ref().map(|a| a.as_str());
-    super::ownership::check_acl(svc, &input.bucket, acl, named).await?;
+    super::ownership::check_acl(svc, &input.bucket, acl, input.acl.as_ref()).await?;
     // And its own lock: the headers, else the bucket's default retention.
     let lock = super::lock::lock_of(
         input.object_lock_mode.as_ref(),
