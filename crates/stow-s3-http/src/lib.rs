@@ -9,8 +9,9 @@
 //! SlowDown`), the request-size cap (`400 EntityTooLarge`), and a browser
 //! POST form's fields and policy (`post`). Then `s3s` verifies SigV4
 //! (headers, presigned URLs, `aws-chunked` streaming with trailers, POST
-//! form signatures), parses the operation, and calls [`StowS3`], which maps
-//! it onto the store. Storage logic lives only in `stow-store`.
+//! form signatures), parses the operation, runs the access check
+//! (`access`: the bucket's policy, then canned ACLs for unsigned requests),
+//! and calls [`StowS3`], which maps it onto the store. Storage logic lives only in `stow-store`.
 
 mod access;
 mod admin;
