@@ -212,6 +212,11 @@ def test_allow_opens_anonymous_requests(s3server, s3):
     anon.put_object(Bucket="open", Key="drop/x", Body=b"x", Tagging="security=public")
     assert s3.get_object(Bucket="open", Key="drop/x")["Body"].read() == b"x"
     refused(lambda: anon.delete_object(Bucket="open", Key="public/a"), "AccessDenied", 403)
+    # DeleteObjects is judged by key too: nothing here allows it.
+    refused(lambda: anon.delete_objects(Bucket="open", Delete={"Objects": [{"Key": "public/a"}]}),
+            "AccessDenied", 403)
+    # A bucket that does not exist is NoSuchBucket, to anyone.
+    refused(lambda: anon.delete_objects(Bucket="gone", Delete={"Objects": [{"Key": "k"}]}), "NoSuchBucket", 404)
     # RestrictPublicBuckets takes a public policy's grants away; the
     # owner keeps its access.
     s3.put_public_access_block(Bucket="open", PublicAccessBlockConfiguration={

@@ -198,7 +198,8 @@ impl Access {
     }
 
     async fn judge_loaded(&self, loaded: &Loaded, f: &Facts<'_>) -> S3Result<()> {
-        if !f.anonymous && action::owner_always_may(f.op) {
+        // No bucket: the handler answers NoSuchBucket, to anyone (S3 does).
+        if loaded.gone || (!f.anonymous && action::owner_always_may(f.op)) {
             return Ok(());
         }
         let decision = self.decide(loaded, f).await;
