@@ -3,7 +3,9 @@
 use s3s::{S3Error, S3ErrorCode};
 use stow_store::StoreError;
 
-/// Maps a store error to its S3 error code, status and message.
+/// Maps a store error to its S3 error code, status and message. Long
+/// because it is the one mapping of every store error, an arm each, and
+/// reads best whole.
 pub fn to_s3(e: StoreError) -> S3Error {
     use StoreError as E;
     let code = match &e {
@@ -12,27 +14,22 @@ pub fn to_s3(e: StoreError) -> S3Error {
         // (test_delete_marker_nonversioned, test_delete_marker_expiration)
         // read `x-amz-delete-marker: false` on that 404, as Ceph sends it.
         E::NoSuchKey { .. } => {
-            let headers = marker_headers(false, None);
-            let mut err = S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string());
-            err.set_headers(headers);
-            return err;
+            return about_marker(S3ErrorCode::NoSuchKey, e.to_string(), false, None)
         }
         // The latest version is a delete marker: 404 NoSuchKey, saying so.
         E::KeyDeleted { version_id, .. } => {
-            let headers = marker_headers(true, Some(version_id));
-            let mut err = S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string());
-            err.set_headers(headers);
-            return err;
+            let message = e.to_string();
+            return about_marker(S3ErrorCode::NoSuchKey, message, true, Some(version_id));
         }
         // A delete marker named by its ID has nothing to read: 405.
         E::DeleteMarkerVersion { version_id, .. } => {
-            let headers = marker_headers(true, Some(version_id));
-            let mut err = S3Error::with_message(
+            let message = "The specified method is not allowed against this resource.".into();
+            return about_marker(
                 S3ErrorCode::MethodNotAllowed,
-                "The specified method is not allowed against this resource.",
+                message,
+                true,
+                Some(version_id),
             );
-            err.set_headers(headers);
-            return err;
         }
         E::NoSuchVersion { .. } => S3ErrorCode::NoSuchVersion,
         E::InvalidVersionId { .. } => {
@@ -66,12 +63,12 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::InvalidLifecycle { .. } => S3ErrorCode::InvalidRequest,
         E::ObjectLockNotEnabled => S3ErrorCode::InvalidRequest,
         E::InvalidRetentionPeriod => {
-            let mut err = S3Error::with_message(
+            let status = http::StatusCode::BAD_REQUEST;
+            return custom(
                 S3ErrorCode::Custom("InvalidRetentionPeriod".into()),
+                status,
                 e.to_string(),
             );
-            err.set_status_code(http::StatusCode::BAD_REQUEST);
-            return err;
         }
         E::InvalidBucketState { .. } => S3ErrorCode::InvalidBucketState,
         E::ObjectLocked { .. } => S3ErrorCode::AccessDenied,
@@ -89,23 +86,24 @@ pub fn to_s3(e: StoreError) -> S3Error {
         E::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
         E::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
         E::QuotaExceeded { .. } => {
-            let mut err = S3Error::with_message(
+            let status = http::StatusCode::INSUFFICIENT_STORAGE;
+            return custom(
                 S3ErrorCode::Custom("InsufficientStorage".into()),
+                status,
                 e.to_string(),
             );
-            err.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
-            return err;
         }
         _ if e.is_no_space() => {
             // The disk, not a quota of ours: nothing was stored, and the
             // same request succeeds once space is freed.
             tracing::warn!("refused a write: {e}");
-            let mut err = S3Error::with_message(
+            let status = http::StatusCode::INSUFFICIENT_STORAGE;
+            let message = "the server's disk is full; nothing was stored";
+            return custom(
                 S3ErrorCode::Custom("InsufficientStorage".into()),
-                "the server's disk is full; nothing was stored",
+                status,
+                message.into(),
             );
-            err.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
-            return err;
         }
         E::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
             // Raised by the request body itself (a failed trailer or
@@ -156,6 +154,25 @@ pub(crate) fn post_refusal(e: crate::post::PostError) -> S3Error {
         P::Expired | P::ConditionFailed(_) | P::ExtraField(_) => S3ErrorCode::AccessDenied,
     };
     S3Error::with_message(code, e.to_string())
+}
+
+/// An error of a code `s3s` does not name, with its status.
+fn custom(code: S3ErrorCode, status: http::StatusCode, message: String) -> S3Error {
+    let mut err = S3Error::with_message(code, message);
+    err.set_status_code(status);
+    err
+}
+
+/// An error answering about a key, with [`marker_headers`].
+fn about_marker(
+    code: S3ErrorCode,
+    message: String,
+    is_marker: bool,
+    version_id: Option<&str>,
+) -> S3Error {
+    let mut err = S3Error::with_message(code, message);
+    err.set_headers(marker_headers(is_marker, version_id));
+    err
 }
 
 /// The headers of an answer about a key: `x-amz-delete-marker` (whether a

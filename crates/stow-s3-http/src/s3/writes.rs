@@ -181,6 +181,19 @@ pub(super) async fn delete_objects(
     }))
 }
 
+/// Whether a copy's `x-amz-{what}-directive` says REPLACE (COPY, the
+/// default, keeps the source's).
+fn replaces(directive: Option<&str>, what: &str) -> S3Result<bool> {
+    match directive.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("COPY") => Ok(false),
+        Some("REPLACE") => Ok(true),
+        Some(_) => Err(S3Error::with_message(
+            s3s::S3ErrorCode::InvalidArgument,
+            format!("Unknown {what} directive"),
+        )),
+    }
+}
+
 pub(super) async fn copy_object(
     svc: &StowS3,
     req: S3Request<CopyObjectInput>,
@@ -204,26 +217,14 @@ pub(super) async fn copy_object(
         input.ssekms_key_id.as_deref(),
     )?;
     let echo = super::sse::Echo::of(encryption.as_ref());
-    let replace = match input
-        .metadata_directive
-        .as_ref()
-        .map(|d| d.as_str().to_ascii_uppercase())
-    {
-        None => false,
-        Some(d) if d == "COPY" => false,
-        Some(d) if d == "REPLACE" => true,
-        Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive")),
-    };
-    let replace_tags = match input
-        .tagging_directive
-        .as_ref()
-        .map(|d| d.as_str().to_ascii_uppercase())
-    {
-        None => false,
-        Some(d) if d == "COPY" => false,
-        Some(d) if d == "REPLACE" => true,
-        Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive")),
-    };
+    let replace = replaces(
+        input.metadata_directive.as_ref().map(|d| d.as_str()),
+        "metadata",
+    )?;
+    let replace_tags = replaces(
+        input.tagging_directive.as_ref().map(|d| d.as_str()),
+        "tagging",
+    )?;
     // A copy onto itself that changes its encryption is a change.
     let rekeyed = encryption.is_some() || source_key.is_some() || sse_s3;
     if !replace
