@@ -128,6 +128,34 @@ fn create_dir_all_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// How long [`Store::open`] waits for a lock that is held when it looks.
+///
+/// A store closed a moment ago can still look locked: the lock belongs to
+/// the open file, and a child that another thread of the closing process
+/// forked shares that file until it execs. A real owner holds the lock for
+/// longer than this, so the wait only spares a spurious `store_locked`.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Takes the exclusive lock on `dir`'s lock file, waiting up to
+/// [`LOCK_WAIT`] for a holder that is letting go.
+fn take_lock(lock: &File, dir: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::StoreLocked {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(TryLockError::Error(e)) => return Err(e.into()),
+        }
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the disk store in `dir`, taking exclusive
     /// ownership of it. A second opener gets `store_locked`.
@@ -139,15 +167,7 @@ impl Store {
             .truncate(false)
             .write(true)
             .open(dir.join(LOCK_FILE))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(StoreError::StoreLocked {
-                    dir: dir.to_path_buf(),
-                })
-            }
-            Err(TryLockError::Error(e)) => return Err(e.into()),
-        }
+        take_lock(&lock, dir)?;
         let owner = dir.join(OWNER_FILE);
         if !owner.exists() {
             if let Err(e) = fs::write(&owner, b"{\"owner\":\"stow\",\"version\":1}\n") {
@@ -305,5 +325,41 @@ impl Store {
             conn.execute("DELETE FROM buckets WHERE id = ?1", [id])?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn held_lock(dir: &Path) -> File {
+        fs::create_dir_all(dir).unwrap();
+        let f = File::create(dir.join(LOCK_FILE)).unwrap();
+        f.try_lock().unwrap();
+        f
+    }
+
+    /// A lock let go within the wait (a closing store whose lock a forked
+    /// child still shares) is taken; one held past it is `store_locked`,
+    /// and only after the wait.
+    #[test]
+    fn open_waits_briefly_for_a_lock_being_let_go() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let holder = held_lock(&dir);
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(holder);
+        });
+        let s = Store::open(&dir, StoreOptions::default()).unwrap();
+        letting_go.join().unwrap();
+        drop(s);
+
+        let _holder = held_lock(&dir);
+        let started = Instant::now();
+        let e = Store::open(&dir, StoreOptions::default()).unwrap_err();
+        assert!(matches!(e, StoreError::StoreLocked { .. }), "{e}");
+        assert!(started.elapsed() >= LOCK_WAIT);
     }
 }
