@@ -62,7 +62,8 @@ pub(crate) struct Inner {
     /// Whether any bucket has lifecycle rules (`crate::lifecycle`):
     /// unknown, none or some; spares reads that cannot find any.
     pub lifecycle_seen: std::sync::atomic::AtomicU8,
-    _lock: Option<File>,
+    /// Last, so the database has closed before another process may open.
+    _lock: Option<OwnerLock>,
 }
 
 impl std::fmt::Debug for Store {
@@ -128,30 +129,36 @@ fn create_dir_all_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// How long [`Store::open`] waits for a lock that is held when it looks.
+/// The exclusive lock on a store directory's [`LOCK_FILE`].
 ///
-/// A store closed a moment ago can still look locked: the lock belongs to
-/// the open file, and a child that another thread of the closing process
-/// forked shares that file until it execs. A real owner holds the lock for
-/// longer than this, so the wait only spares a spurious `store_locked`.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Dropping it unlocks explicitly rather than leaving that to the close:
+/// the lock belongs to the open file, which a child forked by another
+/// thread shares until it execs, so a close alone could leave the store
+/// locked for that moment after its owner let go (seen as `store_locked`
+/// when a test reopened a store while a sibling test spawned processes).
+struct OwnerLock(File);
 
-/// Takes the exclusive lock on `dir`'s lock file, waiting up to
-/// [`LOCK_WAIT`] for a holder that is letting go.
-fn take_lock(lock: &File, dir: &Path) -> Result<()> {
-    let started = std::time::Instant::now();
-    loop {
-        match lock.try_lock() {
-            Ok(()) => return Ok(()),
-            Err(TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(TryLockError::WouldBlock) => {
-                return Err(StoreError::StoreLocked {
-                    dir: dir.to_path_buf(),
-                })
-            }
-            Err(TryLockError::Error(e)) => return Err(e.into()),
+impl OwnerLock {
+    fn take(dir: &Path) -> Result<OwnerLock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))?;
+        match file.try_lock() {
+            Ok(()) => Ok(OwnerLock(file)),
+            Err(TryLockError::WouldBlock) => Err(StoreError::StoreLocked {
+                dir: dir.to_path_buf(),
+            }),
+            Err(TryLockError::Error(e)) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for OwnerLock {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.unlock() {
+            tracing::warn!("cannot unlock the store directory: {e}");
         }
     }
 }
@@ -162,12 +169,7 @@ impl Store {
     pub fn open(dir: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
         let dir = dir.as_ref();
         create_dir_all_durably(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
-        take_lock(&lock, dir)?;
+        let lock = OwnerLock::take(dir)?;
         let owner = dir.join(OWNER_FILE);
         if !owner.exists() {
             if let Err(e) = fs::write(&owner, b"{\"owner\":\"stow\",\"version\":1}\n") {
@@ -331,35 +333,24 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
-    fn held_lock(dir: &Path) -> File {
-        fs::create_dir_all(dir).unwrap();
-        let f = File::create(dir.join(LOCK_FILE)).unwrap();
-        f.try_lock().unwrap();
-        f
-    }
-
-    /// A lock let go within the wait (a closing store whose lock a forked
-    /// child still shares) is taken; one held past it is `store_locked`,
-    /// and only after the wait.
+    /// A store's lock is free once the store drops, even while another
+    /// descriptor of the same open file lives on (as in a child forked
+    /// between a spawn's fork and exec); until then a second opener is
+    /// refused.
     #[test]
-    fn open_waits_briefly_for_a_lock_being_let_go() {
+    fn dropping_a_store_unlocks_a_shared_lock_file() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("data");
-        let holder = held_lock(&dir);
-        let letting_go = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            drop(holder);
-        });
         let s = Store::open(&dir, StoreOptions::default()).unwrap();
-        letting_go.join().unwrap();
-        drop(s);
-
-        let _holder = held_lock(&dir);
-        let started = Instant::now();
+        let shared = match &s.inner._lock {
+            Some(OwnerLock(file)) => file.try_clone().unwrap(),
+            None => panic!("a disk store holds its lock"),
+        };
         let e = Store::open(&dir, StoreOptions::default()).unwrap_err();
         assert!(matches!(e, StoreError::StoreLocked { .. }), "{e}");
-        assert!(started.elapsed() >= LOCK_WAIT);
+        drop(s);
+        Store::open(&dir, StoreOptions::default()).unwrap();
+        drop(shared);
     }
 }
