@@ -55,11 +55,24 @@ def test_multipart_uploads_keep_it(s3):
     s3.create_bucket(Bucket="sses3mp")
     up = s3.create_multipart_upload(Bucket="sses3mp", Key="big", ServerSideEncryption=AES)
     assert sse_of(up) == AES
-    part = s3.upload_part(Bucket="sses3mp", Key="big", UploadId=up["UploadId"], PartNumber=1, Body=b"a" * 10)
+    # Each part's answer names the upload's setting, as S3's does.
+    part = s3.upload_part(Bucket="sses3mp", Key="big", UploadId=up["UploadId"], PartNumber=1,
+                          Body=b"a" * (5 << 20))
+    assert sse_of(part) == AES
+    s3.put_object(Bucket="sses3mp", Key="src", Body=b"b" * 10)
+    copied = s3.upload_part_copy(Bucket="sses3mp", Key="big", UploadId=up["UploadId"], PartNumber=2,
+                                 CopySource={"Bucket": "sses3mp", "Key": "src"})
+    assert sse_of(copied) == AES
+    parts = [{"PartNumber": 1, "ETag": part["ETag"]},
+             {"PartNumber": 2, "ETag": copied["CopyPartResult"]["ETag"]}]
     done = s3.complete_multipart_upload(Bucket="sses3mp", Key="big", UploadId=up["UploadId"],
-                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+                                        MultipartUpload={"Parts": parts})
     assert sse_of(done) == AES
     assert sse_of(s3.head_object(Bucket="sses3mp", Key="big")) == AES
+    # A plain upload's parts name none.
+    plain = s3.create_multipart_upload(Bucket="sses3mp", Key="plain")
+    part = s3.upload_part(Bucket="sses3mp", Key="plain", UploadId=plain["UploadId"], PartNumber=1, Body=b"c")
+    assert sse_of(plain) is None and sse_of(part) is None
 
 
 def test_kms_and_unknown_methods_are_refused_and_write_nothing(s3):

@@ -365,6 +365,10 @@ pub struct PartInfo {
     /// for the object's checksum), else of the algorithm the part upload
     /// asked for (reported, not kept).
     pub checksum: Option<Checksum>,
+    /// Whether the upload asked for SSE-S3, answered with each of its parts
+    /// as AWS does. Not written when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub sse_s3: bool,
 }
 
 /// A page of parts.

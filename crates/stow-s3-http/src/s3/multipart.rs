@@ -62,7 +62,7 @@ pub(super) async fn create_multipart_upload(
         input.server_side_encryption.as_ref(),
         input.ssekms_key_id.as_deref(),
     )?;
-    let server_side_encryption = super::sse::server_managed_echo(&opts.props);
+    let server_side_encryption = super::sse::server_managed_echo(opts.props.sse_s3);
     super::ownership::check_acl(svc, &input.bucket, opts.props.acl, input.acl.as_ref()).await?;
     let store = svc.store.clone();
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -123,6 +123,7 @@ pub(super) async fn upload_part(
         checksum_crc64nvme: c.crc64nvme,
         checksum_sha1: c.sha1,
         checksum_sha256: c.sha256,
+        server_side_encryption: super::sse::server_managed_echo(info.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         ..Default::default()
@@ -222,6 +223,7 @@ pub(super) async fn upload_part_copy(
             last_modified: Some(timestamp(info.last_modified_ns)),
             ..Default::default()
         }),
+        server_side_encryption: super::sse::server_managed_echo(info.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         ..Default::default()
@@ -294,7 +296,7 @@ pub(super) async fn complete_multipart_upload(
         e_tag: Some(etag(&meta.etag)),
         version_id: written_version(&meta),
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
-        server_side_encryption: super::sse::server_managed_echo(&meta.props),
+        server_side_encryption: super::sse::server_managed_echo(meta.props.sse_s3),
         checksum_crc32: c.crc32,
         checksum_crc32c: c.crc32c,
         checksum_crc64nvme: c.crc64nvme,

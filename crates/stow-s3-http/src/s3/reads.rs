@@ -102,7 +102,7 @@ pub(super) async fn get_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
-        server_side_encryption: super::sse::server_managed_echo(&meta.props),
+        server_side_encryption: super::sse::server_managed_echo(meta.props.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         expiration: latest
@@ -180,7 +180,7 @@ pub(super) async fn head_object(
         object_lock_mode: lock.mode,
         object_lock_retain_until_date: lock.until,
         object_lock_legal_hold_status: lock.hold,
-        server_side_encryption: super::sse::server_managed_echo(&meta.props),
+        server_side_encryption: super::sse::server_managed_echo(meta.props.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         expiration: input

@@ -8,7 +8,7 @@
 
 use s3s::dto::{CopyObjectInput, ServerSideEncryption};
 use s3s::{s3_error, S3Result};
-use stow_store::{CustomerKey, ObjectBackend, ObjectProps, CUSTOMER_KEY_ALGORITHM};
+use stow_store::{CustomerKey, ObjectBackend, CUSTOMER_KEY_ALGORITHM};
 
 use crate::errors::to_s3;
 
@@ -63,10 +63,8 @@ pub(super) fn server_managed(
 }
 
 /// The `x-amz-server-side-encryption` an answer about an object carries.
-pub(super) fn server_managed_echo(props: &ObjectProps) -> Option<ServerSideEncryption> {
-    props
-        .sse_s3
-        .then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256))
+pub(super) fn server_managed_echo(sse_s3: bool) -> Option<ServerSideEncryption> {
+    sse_s3.then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256))
 }
 
 /// The key of a request that can only name SSE-C (reads, parts, the

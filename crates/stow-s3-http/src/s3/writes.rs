@@ -88,7 +88,7 @@ pub(super) async fn put_object(
         checksum_sha256: c.sha256,
         checksum_type: c.kind,
         version_id: written_version(&meta),
-        server_side_encryption: super::sse::server_managed_echo(&meta.props),
+        server_side_encryption: super::sse::server_managed_echo(meta.props.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
@@ -299,7 +299,7 @@ pub(super) async fn copy_object(
         version_id: written_version(&meta),
         copy_source_version_id,
         expiration: super::lifecycle::expiration_of(svc.store.as_ref(), &meta),
-        server_side_encryption: super::sse::server_managed_echo(&meta.props),
+        server_side_encryption: super::sse::server_managed_echo(meta.props.sse_s3),
         sse_customer_algorithm: echo.algorithm,
         sse_customer_key_md5: echo.key_md5,
         ..Default::default()

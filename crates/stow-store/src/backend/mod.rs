@@ -593,7 +593,6 @@ fn only_null(bucket: &str, key: &str, version: Option<&str>) -> Result<()> {
     }
 }
 
-/// The refusal of object lock by a backend that keeps no versions.
 /// The refusal of a customer-provided key (SSE-C) by a backend that keeps
 /// plain files.
 pub fn no_customer_keys(backend: &str) -> crate::StoreError {
@@ -604,6 +603,7 @@ pub fn no_customer_keys(backend: &str) -> crate::StoreError {
     }
 }
 
+/// The refusal of object lock by a backend that keeps no versions.
 fn no_lock(backend: &str) -> crate::StoreError {
     crate::StoreError::NotImplemented {
         reason: format!("{backend} keeps no object versions, so it has no object lock"),

@@ -163,10 +163,10 @@ impl Store {
         validate::object_key(key)?;
         check_upload_id(upload_id)?;
         let number = validate::part_number(part_number)?;
-        let (alg, sealed) = self.inner.db.read(|conn| {
+        let (alg, sealed, sse_s3) = self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
             let up = load_upload(conn, b, key, upload_id)?;
-            Ok((up.checksum_algorithm, up.sse_c))
+            Ok((up.checksum_algorithm, up.sse_c, up.props.sse_s3))
         })?;
         // A part of a sealed upload comes with the upload's own key.
         check_key(sealed.as_ref(), opts.encryption.as_ref())?;
@@ -185,6 +185,7 @@ impl Store {
             etag: checksum::etag_of_md5(&staged.etag_md5()),
             last_modified_ns: record::now_ns(),
             checksum: kept,
+            sse_s3,
         };
         let kept_value = info
             .checksum
@@ -272,7 +273,8 @@ impl Store {
         check_upload_id(upload_id)?;
         self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
-            let alg = load_upload(conn, b, key, upload_id)?.checksum_algorithm;
+            let up = load_upload(conn, b, key, upload_id)?;
+            let (alg, sse_s3) = (up.checksum_algorithm, up.props.sse_s3);
             let mut st = conn.prepare_cached(
                 "SELECT number, size, etag, modified_ns, checksum FROM parts
                  WHERE upload = ?1 AND number > ?2 ORDER BY number LIMIT ?3",
@@ -291,6 +293,7 @@ impl Store {
                                 kind: ChecksumType::FullObject,
                             },
                         ),
+                        sse_s3,
                     })
                 })?
                 .collect::<rusqlite::Result<_>>()?;
