@@ -97,3 +97,27 @@ def test_kms_and_unknown_methods_are_refused_and_write_nothing(s3):
                        ServerSideEncryption="aws:kms")
     assert code_of(e) == ("NotImplemented", 501)
     assert [o["Key"] for o in s3.list_objects_v2(Bucket="ssekms")["Contents"]] == ["src"]
+
+
+def test_reads_naming_server_side_encryption_are_refused(s3):
+    """S3 answers 400 to a GET or HEAD carrying x-amz-server-side-encryption
+    (an object's own setting decides how it is read)."""
+    s3.create_bucket(Bucket="sseread")
+    s3.put_object(Bucket="sseread", Key="k", Body=b"x", ServerSideEncryption=AES)
+
+    def add_header(params, **_):
+        params["headers"]["x-amz-server-side-encryption"] = AES
+
+    s3.meta.events.register("before-call.s3.HeadObject", add_header)
+    s3.meta.events.register("before-call.s3.GetObject", add_header)
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.head_object(Bucket="sseread", Key="k")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket="sseread", Key="k")
+        assert code_of(e) == ("InvalidArgument", 400)
+    finally:
+        s3.meta.events.unregister("before-call.s3.HeadObject", add_header)
+        s3.meta.events.unregister("before-call.s3.GetObject", add_header)
+    assert s3.get_object(Bucket="sseread", Key="k")["Body"].read() == b"x"

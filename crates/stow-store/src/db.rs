@@ -39,7 +39,8 @@ INSERT OR IGNORE INTO usage VALUES (1, 0, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS buckets (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns INTEGER NOT NULL,
     acl TEXT, versioning INTEGER NOT NULL DEFAULT 0, cors TEXT, object_lock TEXT,
-    lifecycle TEXT, tags TEXT, ownership TEXT, public_access_block TEXT, policy TEXT);
+    lifecycle TEXT, tags TEXT, ownership TEXT, public_access_block TEXT, policy TEXT,
+    encryption TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
     id INTEGER PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB);
 CREATE TABLE IF NOT EXISTS objects (
@@ -94,8 +95,9 @@ COMMIT;
 /// `completed_uploads.version_id` (the version ID a remembered completion
 /// answered, NULL = none), so a retried completion answers the same one;
 /// 7 added `buckets.policy` (the bucket's policy document, the text its
-/// client sent, NULL = none).
-const SCHEMA_VERSION: i64 = 7;
+/// client sent, NULL = none); 8 added `buckets.encryption` (the bucket's
+/// default encryption as JSON, NULL = none).
+const SCHEMA_VERSION: i64 = 8;
 
 /// Columns a version of the schema added to a table that existed before
 /// it: `(table, column, definition)`.
@@ -112,6 +114,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("buckets", "public_access_block", "TEXT"),
     ("completed_uploads", "version_id", "TEXT"),
     ("buckets", "policy", "TEXT"),
+    ("buckets", "encryption", "TEXT"),
 ];
 
 /// Brings a database made by an older version to [`SCHEMA_VERSION`], in
@@ -121,7 +124,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 /// Every added column reads as the old behaviour: private, unversioned,
 /// the null version, no CORS rules, no object lock, no lifecycle rules,
 /// no bucket tags, no ownership setting or public access block, completions without a
-/// version ID, no bucket policy.
+/// version ID, no bucket policy, no default encryption.
 fn migrate(conn: &Connection) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

@@ -61,7 +61,8 @@ pub use lock::{
 };
 pub use model::*;
 pub use settings::{
-    BucketAccess, ObjectOwnership, PublicAccessBlock, MAX_BUCKET_POLICY_BYTES, MAX_BUCKET_TAGS,
+    BucketAccess, DefaultEncryption, ObjectOwnership, PublicAccessBlock, MAX_BUCKET_POLICY_BYTES,
+    MAX_BUCKET_TAGS,
 };
 pub use store::{
     ConditionCheck, ObjectBody, ObjectRead, ReceivedBody, ResetReport, Store, LOCK_FILE,

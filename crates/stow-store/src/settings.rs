@@ -2,6 +2,7 @@
 //! (schema 6: `buckets.tags`, `buckets.ownership`,
 //! `buckets.public_access_block`; NULL = none set), its policy document
 //! (schema 7: `buckets.policy`, the client's bytes as text; NULL = none),
+//! its default encryption (schema 8: `buckets.encryption`; NULL = none),
 //! and the tags and ACL of one version of an object. The store keeps and returns them; what
 //! they allow (and S3's wire rules for them) is the protocol server's
 //! decision. Tags are checked only against the bounds the store keeps
@@ -24,6 +25,15 @@ pub const MAX_BUCKET_TAGS: usize = 50;
 
 /// Largest bucket policy document kept, in bytes (S3's limit, 20 KiB).
 pub const MAX_BUCKET_POLICY_BYTES: usize = 20 * 1024;
+
+/// A bucket's default encryption (S3's PutBucketEncryption): the
+/// server-managed kind (SSE-S3, `AES256`) is the one kept; writes that
+/// name no encryption of their own get it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefaultEncryption {
+    /// S3's `BucketKeyEnabled`, kept and answered as set.
+    pub bucket_key_enabled: bool,
+}
 
 /// A bucket's Object Ownership setting (S3's OwnershipControls rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -98,6 +108,7 @@ enum Column {
     Ownership,
     PublicAccessBlock,
     Policy,
+    Encryption,
 }
 
 impl Column {
@@ -107,6 +118,7 @@ impl Column {
             Column::Ownership => "ownership",
             Column::PublicAccessBlock => "public_access_block",
             Column::Policy => "policy",
+            Column::Encryption => "encryption",
         }
     }
 }
@@ -256,6 +268,22 @@ impl Store {
             }
         }
         self.set_bucket_column(bucket, Column::Policy, policy)
+    }
+
+    /// A bucket's default encryption (`None`: none set), or
+    /// `no_such_bucket`.
+    pub fn bucket_encryption(&self, bucket: &str) -> Result<Option<DefaultEncryption>> {
+        let value = self.bucket_column(bucket, Column::Encryption)?;
+        decode(bucket, Column::Encryption, value)
+    }
+
+    /// Sets (`Some`) or removes (`None`) a bucket's default encryption.
+    pub fn set_bucket_encryption(
+        &self,
+        bucket: &str,
+        encryption: Option<DefaultEncryption>,
+    ) -> Result<()> {
+        self.set_bucket_column(bucket, Column::Encryption, encode(encryption.as_ref())?)
     }
 
     /// A bucket's ACL, Object Ownership and public access block, read in

@@ -7,9 +7,10 @@ use std::io::Read;
 
 use stow_store::{
     validate, BucketInfo, ByteRange, CompletedPart, ConditionCheck, CopyOptions,
-    CreateUploadOptions, Joined, JoinedUpload, ListPage, ListQuery, ObjectBackend, ObjectBody,
-    ObjectMeta, ObjectOwnership, ObjectRead, PartInfo, PartOptions, PartsPage, PublicAccessBlock,
-    PutOptions, StoreError, UploadInfo, UploadsPage, Usage, WriteCondition,
+    CreateUploadOptions, DefaultEncryption, Joined, JoinedUpload, ListPage, ListQuery,
+    ObjectBackend, ObjectBody, ObjectMeta, ObjectOwnership, ObjectRead, PartInfo, PartOptions,
+    PartsPage, PublicAccessBlock, PutOptions, StoreError, UploadInfo, UploadsPage, Usage,
+    WriteCondition,
 };
 
 use super::files::{is_missing, sync_dir};
@@ -215,6 +216,21 @@ impl ObjectBackend for WorkspaceBucket {
     fn set_bucket_policy(&self, bucket: &str, policy: Option<String>) -> StoreResult<()> {
         let _g = self.s3_write();
         self.store.set_bucket_policy(bucket, policy)
+    }
+
+    // Default encryption (SSE-S3 only) is a setting like the policy: kept
+    // in the private store, and a file's SSE-S3 flag with its properties.
+    fn bucket_encryption(&self, bucket: &str) -> StoreResult<Option<DefaultEncryption>> {
+        self.store.bucket_encryption(bucket)
+    }
+
+    fn set_bucket_encryption(
+        &self,
+        bucket: &str,
+        encryption: Option<DefaultEncryption>,
+    ) -> StoreResult<()> {
+        let _g = self.s3_write();
+        self.store.set_bucket_encryption(bucket, encryption)
     }
 
     fn delete_bucket(&self, name: &str) -> StoreResult<()> {

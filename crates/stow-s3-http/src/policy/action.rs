@@ -43,6 +43,8 @@ pub(crate) fn action(op: &str, versioned: bool) -> String {
         "DeleteBucketOwnershipControls" => "PutBucketOwnershipControls",
         "GetObjectLockConfiguration" => "GetBucketObjectLockConfiguration",
         "PutObjectLockConfiguration" => "PutBucketObjectLockConfiguration",
+        "GetBucketEncryption" => "GetEncryptionConfiguration",
+        "PutBucketEncryption" | "DeleteBucketEncryption" => "PutEncryptionConfiguration",
         // The rest are named as their operation: GetBucketAcl,
         // PutBucketVersioning, GetBucketPolicy, AbortMultipartUpload,
         // GetObjectRetention, …
@@ -141,6 +143,10 @@ mod tests {
             "s3:PutBucketPublicAccessBlock"
         );
         assert_eq!(action("GetBucketAcl", false), "s3:GetBucketAcl");
+        assert_eq!(
+            action("DeleteBucketEncryption", false),
+            "s3:PutEncryptionConfiguration"
+        );
         assert_eq!(
             action("PutObjectTagging", true),
             "s3:PutObjectVersionTagging"

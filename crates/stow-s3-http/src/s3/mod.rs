@@ -4,10 +4,11 @@
 //!
 //! One module per operation family (`buckets`, `reads`, `writes`,
 //! `listing`, `multipart`, `acl`, `ownership`, `policy`, `tagging`, `versions`, `cors`,
-//! `lifecycle`), conversions in `convert`; the `S3` impl below
+//! `lifecycle`, `sse`, `bucket_encryption`), conversions in `convert`; the `S3` impl below
 //! only dispatches to them.
 
 mod acl;
+mod bucket_encryption;
 mod buckets;
 mod convert;
 mod cors;
@@ -482,6 +483,27 @@ impl S3 for StowS3 {
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
         policy::get_bucket_policy_status(self, req).await
+    }
+
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        bucket_encryption::put_bucket_encryption(self, req).await
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        bucket_encryption::get_bucket_encryption(self, req).await
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        bucket_encryption::delete_bucket_encryption(self, req).await
     }
 
     async fn put_bucket_ownership_controls(

@@ -58,10 +58,17 @@ pub(super) async fn create_multipart_upload(
         encryption,
     };
     opts.props.lock = lock;
-    opts.props.sse_s3 = super::sse::server_managed(
+    let asked = super::sse::server_managed(
         input.server_side_encryption.as_ref(),
         input.ssekms_key_id.as_deref(),
     )?;
+    opts.props.sse_s3 = super::bucket_encryption::with_default(
+        svc,
+        &input.bucket,
+        asked,
+        opts.encryption.is_some(),
+    )
+    .await?;
     let server_side_encryption = super::sse::server_managed_echo(opts.props.sse_s3);
     super::ownership::check_acl(svc, &input.bucket, opts.props.acl, input.acl.as_ref()).await?;
     let store = svc.store.clone();

@@ -14,6 +14,7 @@ pub(super) async fn get_object(
     svc: &StowS3,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    super::sse::refuse_on_read(&req.headers)?;
     let input = req.input;
     let conditions = source_conditions(
         input.if_match,
@@ -121,6 +122,7 @@ pub(super) async fn head_object(
     svc: &StowS3,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    super::sse::refuse_on_read(&req.headers)?;
     let input = req.input;
     let conditions = source_conditions(
         input.if_match,

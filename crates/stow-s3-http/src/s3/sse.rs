@@ -62,6 +62,19 @@ pub(super) fn server_managed(
     }
 }
 
+/// A read (GET, HEAD) naming `x-amz-server-side-encryption`: 400
+/// InvalidArgument, as S3 answers (the object's own setting decides how it
+/// is read; only SSE-C keys go with a read).
+pub(super) fn refuse_on_read(headers: &http::HeaderMap) -> S3Result<()> {
+    if headers.contains_key("x-amz-server-side-encryption") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "x-amz-server-side-encryption header is not supported for this operation"
+        ));
+    }
+    Ok(())
+}
+
 /// The `x-amz-server-side-encryption` an answer about an object carries.
 pub(super) fn server_managed_echo(sse_s3: bool) -> Option<ServerSideEncryption> {
     sse_s3.then(|| ServerSideEncryption::from_static(ServerSideEncryption::AES256))

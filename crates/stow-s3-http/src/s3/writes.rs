@@ -50,10 +50,17 @@ pub(super) async fn put_object(
         input.sse_customer_key.as_deref(),
         input.sse_customer_key_md5.as_deref(),
     )?;
-    opts.props.sse_s3 = super::sse::server_managed(
+    let asked = super::sse::server_managed(
         input.server_side_encryption.as_ref(),
         input.ssekms_key_id.as_deref(),
     )?;
+    opts.props.sse_s3 = super::bucket_encryption::with_default(
+        svc,
+        &input.bucket,
+        asked,
+        opts.encryption.is_some(),
+    )
+    .await?;
     let echo = super::sse::Echo::of(opts.encryption.as_ref());
     let body = request_body(input.body, input.content_length).await;
     let (bucket, key) = (input.bucket, input.key);
@@ -212,7 +219,7 @@ pub(super) async fn copy_object(
     )?;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let (encryption, source_key) = super::sse::copy_keys(svc.store.as_ref(), &input)?;
-    let sse_s3 = super::sse::server_managed(
+    let asked = super::sse::server_managed(
         input.server_side_encryption.as_ref(),
         input.ssekms_key_id.as_deref(),
     )?;
@@ -226,7 +233,7 @@ pub(super) async fn copy_object(
         "tagging",
     )?;
     // A copy onto itself that changes its encryption is a change.
-    let rekeyed = encryption.is_some() || source_key.is_some() || sse_s3;
+    let rekeyed = encryption.is_some() || source_key.is_some() || asked;
     if !replace
         && !replace_tags
         && !rekeyed
@@ -239,8 +246,11 @@ pub(super) async fn copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
-    // The copy's SSE-S3 is what its request asks for; with the COPY
-    // directive, the source's too.
+    // The copy's SSE-S3 is what its request asks for, else the bucket's
+    // default; with the COPY directive, the source's too.
+    let sse_s3 =
+        super::bucket_encryption::with_default(svc, &input.bucket, asked, encryption.is_some())
+            .await?;
     let replace_props = if replace || replace_tags || sse_s3 {
         // What one directive does not replace comes from the source.
         let source = {

@@ -212,6 +212,24 @@ pub trait ObjectBackend: Send + Sync + 'static {
         }
         Err(keeps_no(self.backend_name(), "bucket policy"))
     }
+    /// A bucket's default encryption (`None`: none; always so where none
+    /// is kept).
+    fn bucket_encryption(&self, bucket: &str) -> Result<Option<crate::DefaultEncryption>> {
+        self.head_bucket(bucket).map(|_| None)
+    }
+    /// Sets (`Some`) or removes (`None`) a bucket's default encryption.
+    /// Backends that keep none refuse to set one with `not_implemented`.
+    fn set_bucket_encryption(
+        &self,
+        bucket: &str,
+        encryption: Option<crate::DefaultEncryption>,
+    ) -> Result<()> {
+        self.head_bucket(bucket)?;
+        if encryption.is_none() {
+            return Ok(());
+        }
+        Err(keeps_no(self.backend_name(), "default bucket encryption"))
+    }
     /// A bucket's ACL, Object Ownership and public access block.
     fn bucket_access(&self, bucket: &str) -> Result<crate::BucketAccess> {
         Ok(crate::BucketAccess {

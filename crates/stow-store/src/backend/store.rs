@@ -152,6 +152,16 @@ impl ObjectBackend for Store {
     fn set_bucket_policy(&self, bucket: &str, policy: Option<String>) -> Result<()> {
         Store::set_bucket_policy(self, bucket, policy)
     }
+    fn bucket_encryption(&self, bucket: &str) -> Result<Option<crate::DefaultEncryption>> {
+        Store::bucket_encryption(self, bucket)
+    }
+    fn set_bucket_encryption(
+        &self,
+        bucket: &str,
+        encryption: Option<crate::DefaultEncryption>,
+    ) -> Result<()> {
+        Store::set_bucket_encryption(self, bucket, encryption)
+    }
     fn bucket_access(&self, bucket: &str) -> Result<crate::BucketAccess> {
         Store::bucket_access(self, bucket)
     }

@@ -1,4 +1,5 @@
-//! A bucket's tags, Object Ownership and public access block (schema 6):
+//! A bucket's tags, Object Ownership and public access block (schema 6)
+//! and default encryption (schema 8):
 //! stored whole, replaced, removed, read together with the ACL, gone with
 //! their bucket and after a reset, kept across a reopen and added to an
 //! older store by the open-time migration. The tags and ACL of one
@@ -326,4 +327,66 @@ fn a_store_from_before_bucket_settings_is_migrated_at_open() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert!(version >= 6, "schema {version}");
+}
+
+/// A bucket's default encryption (schema 8): set, replaced, removed, gone
+/// with its bucket, kept across a reopen, and added to a schema 7 store by
+/// the open-time migration.
+#[test]
+fn default_encryption_is_kept_and_migrated() {
+    let on = DefaultEncryption {
+        bucket_key_enabled: true,
+    };
+    let mem = Store::memory(StoreOptions::default()).unwrap();
+    mem.create_bucket("mem").unwrap();
+    assert_eq!(mem.bucket_encryption("mem").unwrap(), None);
+    mem.set_bucket_encryption("mem", Some(on)).unwrap();
+    assert_eq!(mem.bucket_encryption("mem").unwrap(), Some(on));
+    mem.set_bucket_encryption("mem", Some(DefaultEncryption::default()))
+        .unwrap();
+    assert_eq!(
+        mem.bucket_encryption("mem").unwrap(),
+        Some(DefaultEncryption::default())
+    );
+    mem.set_bucket_encryption("mem", None).unwrap();
+    assert_eq!(mem.bucket_encryption("mem").unwrap(), None);
+    mem.set_bucket_encryption("mem", Some(on)).unwrap();
+    mem.delete_bucket("mem").unwrap();
+    assert_eq!(
+        mem.bucket_encryption("mem").unwrap_err().code(),
+        "no_such_bucket"
+    );
+    mem.create_bucket("mem").unwrap();
+    assert_eq!(mem.bucket_encryption("mem").unwrap(), None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    {
+        let s = Store::open(&data, StoreOptions::default()).unwrap();
+        s.create_bucket("old").unwrap();
+        s.create_bucket("kept").unwrap();
+        s.set_bucket_encryption("kept", Some(on)).unwrap();
+    }
+    let s = Store::open(&data, StoreOptions::default()).unwrap();
+    assert_eq!(s.bucket_encryption("kept").unwrap(), Some(on));
+    drop(s);
+    // Make it schema 7: no `buckets.encryption`.
+    {
+        let conn = rusqlite::Connection::open(data.join("meta.db")).unwrap();
+        conn.execute_batch("ALTER TABLE buckets DROP COLUMN encryption; PRAGMA user_version = 7;")
+            .unwrap();
+    }
+    let s = Store::open(&data, StoreOptions::default()).unwrap();
+    assert_eq!(s.bucket_encryption("old").unwrap(), None);
+    assert_eq!(s.bucket_encryption("kept").unwrap(), None);
+    s.set_bucket_encryption("old", Some(on)).unwrap();
+    drop(s);
+    let s = Store::open(&data, StoreOptions::default()).unwrap();
+    assert_eq!(s.bucket_encryption("old").unwrap(), Some(on));
+    assert_eq!(s.verify().unwrap(), Vec::<String>::new());
+    let conn = rusqlite::Connection::open(data.join("meta.db")).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert!(version >= 8, "schema {version}");
 }
