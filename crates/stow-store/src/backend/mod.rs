@@ -148,11 +148,7 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Replaces (`Some`) or removes (`None`) a bucket's tags. Backends
     /// that keep none refuse to set them with `not_implemented`.
     fn set_bucket_tags(&self, bucket: &str, tags: Option<BTreeMap<String, String>>) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if tags.is_none() {
-            return Ok(());
-        }
-        Err(keeps_no(self.backend_name(), "bucket tags"))
+        keeps_no_setting(self, bucket, tags.is_none(), "bucket tags")
     }
     /// A bucket's Object Ownership setting (`None`: none set; always so
     /// where none is kept).
@@ -166,14 +162,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
         bucket: &str,
         ownership: Option<crate::ObjectOwnership>,
     ) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if ownership.is_none() {
-            return Ok(());
-        }
-        Err(keeps_no(
-            self.backend_name(),
+        keeps_no_setting(
+            self,
+            bucket,
+            ownership.is_none(),
             "Object Ownership setting (its ACLs are always private)",
-        ))
+        )
     }
     /// A bucket's public access block (`None`: none set; always so where
     /// none is kept).
@@ -187,14 +181,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
         bucket: &str,
         block: Option<crate::PublicAccessBlock>,
     ) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if block.is_none() {
-            return Ok(());
-        }
-        Err(keeps_no(
-            self.backend_name(),
+        keeps_no_setting(
+            self,
+            bucket,
+            block.is_none(),
             "public access block (nothing in it is public: its ACLs are always private)",
-        ))
+        )
     }
     /// A bucket's policy document, the bytes its client sent (`None`:
     /// none; always so where none is kept). The store keeps it and never
@@ -206,11 +198,7 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// removes (`None`) a bucket's policy document. Backends that keep none
     /// refuse to set one with `not_implemented`.
     fn set_bucket_policy(&self, bucket: &str, policy: Option<String>) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if policy.is_none() {
-            return Ok(());
-        }
-        Err(keeps_no(self.backend_name(), "bucket policy"))
+        keeps_no_setting(self, bucket, policy.is_none(), "bucket policy")
     }
     /// A bucket's default encryption (`None`: none; always so where none
     /// is kept).
@@ -224,11 +212,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
         bucket: &str,
         encryption: Option<crate::DefaultEncryption>,
     ) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if encryption.is_none() {
-            return Ok(());
-        }
-        Err(keeps_no(self.backend_name(), "default bucket encryption"))
+        keeps_no_setting(
+            self,
+            bucket,
+            encryption.is_none(),
+            "default bucket encryption",
+        )
     }
     /// A bucket's ACL, Object Ownership and public access block.
     fn bucket_access(&self, bucket: &str) -> Result<crate::BucketAccess> {
@@ -286,16 +275,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Replaces (`Some`) or removes (`None`) a bucket's CORS rules.
     /// Backends that keep none refuse to set them with `not_implemented`.
     fn set_bucket_cors(&self, bucket: &str, rules: Option<Vec<crate::CorsRule>>) -> Result<()> {
-        self.head_bucket(bucket)?;
-        if rules.is_none() {
-            return Ok(());
-        }
-        Err(crate::StoreError::NotImplemented {
-            reason: format!(
-                "{} keeps no bucket CORS rules; the server-wide origins (serve --cors-origin) apply",
-                self.backend_name()
-            ),
-        })
+        keeps_no_setting(
+            self,
+            bucket,
+            rules.is_none(),
+            "bucket CORS rules; the server-wide origins (serve --cors-origin) apply",
+        )
     }
     /// A bucket's lifecycle rules (`None`: none; always so where none are
     /// kept).
@@ -310,16 +295,13 @@ pub trait ObjectBackend: Send + Sync + 'static {
         bucket: &str,
         config: Option<crate::LifecycleConfig>,
     ) -> Result<Option<crate::LifecycleConfig>> {
-        self.head_bucket(bucket)?;
-        if config.is_none() {
-            return Ok(None);
-        }
-        Err(crate::StoreError::NotImplemented {
-            reason: format!(
-                "{} keeps no lifecycle rules: nothing here expires, so rules are not accepted",
-                self.backend_name()
-            ),
-        })
+        keeps_no_setting(
+            self,
+            bucket,
+            config.is_none(),
+            "lifecycle rules: nothing here expires, so rules are not accepted",
+        )
+        .map(|()| None)
     }
     /// When the bucket's lifecycle rules expire `meta`, taken as the
     /// current version (S3's `x-amz-expiration`); `None` where no rules
@@ -628,11 +610,22 @@ fn no_lock(backend: &str) -> crate::StoreError {
     }
 }
 
-/// The refusal of a bucket setting by a backend that keeps none.
-fn keeps_no(backend: &str, what: &str) -> crate::StoreError {
-    crate::StoreError::NotImplemented {
-        reason: format!("{backend} keeps no {what}"),
+/// A bucket setting's setter on a backend that keeps none of `what`:
+/// removing it (there is none) succeeds, setting it is `not_implemented`,
+/// and a missing bucket is `no_such_bucket` either way.
+fn keeps_no_setting<B: ObjectBackend + ?Sized>(
+    backend: &B,
+    bucket: &str,
+    removing: bool,
+    what: &str,
+) -> Result<()> {
+    backend.head_bucket(bucket)?;
+    if removing {
+        return Ok(());
     }
+    Err(crate::StoreError::NotImplemented {
+        reason: format!("{} keeps no {what}", backend.backend_name()),
+    })
 }
 
 /// Refuses a canned ACL other than `private` on a backend that keeps none.
