@@ -118,16 +118,42 @@ def test_writes_without_their_own_encryption_get_the_default(s3server, s3):
     copied = s3.copy_object(Bucket="dflt", Key="copy", CopySource={"Bucket": "plain", "Key": "src"})
     assert copied["ServerSideEncryption"] == AES
     assert s3.head_object(Bucket="dflt", Key="copy")["ServerSideEncryption"] == AES
-    # A copy onto itself is still no change by the default alone.
-    refused(lambda: s3.copy_object(Bucket="dflt", Key="put", CopySource={"Bucket": "dflt", "Key": "put"}),
+    replaced = s3.copy_object(Bucket="dflt", Key="copy2", CopySource={"Bucket": "plain", "Key": "src"},
+                              MetadataDirective="REPLACE", ContentType="text/plain")
+    assert replaced["ServerSideEncryption"] == AES
+    # The copy's setting is never the source's: out of the bucket with the
+    # default, a copy has none; under a customer key, only that.
+    out = s3.copy_object(Bucket="plain", Key="out", CopySource={"Bucket": "dflt", "Key": "put"})
+    assert "ServerSideEncryption" not in out
+    assert "ServerSideEncryption" not in s3.head_object(Bucket="plain", Key="out")
+    keyed = s3.copy_object(Bucket="dflt", Key="keyed", CopySource={"Bucket": "dflt", "Key": "put"}, **SSE_C)
+    assert "ServerSideEncryption" not in keyed and keyed["SSECustomerAlgorithm"] == "AES256"
+    head = s3.head_object(Bucket="dflt", Key="keyed", **SSE_C)
+    assert "ServerSideEncryption" not in head and head["SSECustomerAlgorithm"] == "AES256"
+    # A copy onto itself under a default set with PutBucketEncryption is
+    # taken, as S3 takes it: the way to encrypt what was written before.
+    s3.create_bucket(Bucket="late")
+    s3.put_object(Bucket="late", Key="old", Body=b"old")
+    refused(lambda: s3.copy_object(Bucket="late", Key="old", CopySource={"Bucket": "late", "Key": "old"}),
             ("InvalidRequest", 400))
+    s3.put_bucket_encryption(Bucket="late", ServerSideEncryptionConfiguration=config())
+    assert "ServerSideEncryption" not in s3.head_object(Bucket="late", Key="old")
+    again = s3.copy_object(Bucket="late", Key="old", CopySource={"Bucket": "late", "Key": "old"})
+    assert again["ServerSideEncryption"] == AES
+    got = s3.get_object(Bucket="late", Key="old")
+    assert got["ServerSideEncryption"] == AES and got["Body"].read() == b"old"
 
     up = s3.create_multipart_upload(Bucket="dflt", Key="mp")
     assert up["ServerSideEncryption"] == AES
-    part = s3.upload_part(Bucket="dflt", Key="mp", UploadId=up["UploadId"], PartNumber=1, Body=b"p")
+    part = s3.upload_part(Bucket="dflt", Key="mp", UploadId=up["UploadId"], PartNumber=1, Body=b"p" * (5 << 20))
     assert part["ServerSideEncryption"] == AES
+    part2 = s3.upload_part_copy(Bucket="dflt", Key="mp", UploadId=up["UploadId"], PartNumber=2,
+                                CopySource={"Bucket": "plain", "Key": "src"})
+    assert part2["ServerSideEncryption"] == AES
+    parts = [{"PartNumber": 1, "ETag": part["ETag"]},
+             {"PartNumber": 2, "ETag": part2["CopyPartResult"]["ETag"]}]
     done = s3.complete_multipart_upload(Bucket="dflt", Key="mp", UploadId=up["UploadId"],
-                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+                                        MultipartUpload={"Parts": parts})
     assert done["ServerSideEncryption"] == AES
 
     # A browser POST form.
@@ -175,6 +201,10 @@ def test_workspace_bucket_view_keeps_the_default(stow_bin, workdir):
         assert s3.put_object(Bucket=bucket, Key="new.txt", Body=b"n")["ServerSideEncryption"] == AES
         assert (workdir / "ws" / "new.txt").read_bytes() == b"n"
         assert s3.head_object(Bucket=bucket, Key="new.txt")["ServerSideEncryption"] == AES
+        copied = s3.copy_object(Bucket=bucket, Key="copied.txt", CopySource={"Bucket": bucket, "Key": "seed.txt"})
+        assert copied["ServerSideEncryption"] == AES
+        assert (workdir / "ws" / "copied.txt").read_bytes() == b"seed"
+        assert "ServerSideEncryption" not in s3.head_object(Bucket=bucket, Key="seed.txt")
         s3.delete_bucket_encryption(Bucket=bucket)
         refused(lambda: s3.get_bucket_encryption(Bucket=bucket), NOT_FOUND)
     finally:

@@ -33,14 +33,15 @@ def test_aes256_is_kept_and_answered(s3):
     assert sse_of(plain) is None
     assert sse_of(s3.head_object(Bucket="sses3", Key="plain")) is None
 
-    # Copies: the request's own setting, and with the COPY directive the
-    # source's as well; REPLACE without the header leaves it off.
+    # Copies: the request's own setting (else the destination bucket's
+    # default, none here), never the source's, whatever the directive.
     copied = s3.copy_object(Bucket="sses3", Key="c1", CopySource={"Bucket": "sses3", "Key": "plain"},
                             ServerSideEncryption=AES)
     assert sse_of(copied) == AES
     assert sse_of(s3.head_object(Bucket="sses3", Key="c1")) == AES
-    s3.copy_object(Bucket="sses3", Key="c2", CopySource={"Bucket": "sses3", "Key": "enc"})
-    assert sse_of(s3.head_object(Bucket="sses3", Key="c2")) == AES
+    c2 = s3.copy_object(Bucket="sses3", Key="c2", CopySource={"Bucket": "sses3", "Key": "enc"})
+    assert sse_of(c2) is None
+    assert sse_of(s3.head_object(Bucket="sses3", Key="c2")) is None
     s3.copy_object(Bucket="sses3", Key="c3", CopySource={"Bucket": "sses3", "Key": "enc"},
                    MetadataDirective="REPLACE", ContentType="text/plain")
     assert sse_of(s3.head_object(Bucket="sses3", Key="c3")) is None

@@ -195,6 +195,9 @@ pub struct CopyOptions {
     /// The copy's object lock: never the source's (as in S3); empty takes
     /// the destination bucket's default retention.
     pub lock: ObjectLock,
+    /// The copy's SSE-S3: never the source's (as in S3, the request's
+    /// setting, else the destination bucket's default).
+    pub sse_s3: bool,
     /// The source's customer key (SSE-C), needed when it was written with
     /// one.
     pub source_key: Option<CustomerKey>,

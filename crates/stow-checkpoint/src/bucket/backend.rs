@@ -408,10 +408,12 @@ impl ObjectBackend for WorkspaceBucket {
                 reason: "copy source condition did not hold",
             });
         }
+        let mut props = opts
+            .replace_props
+            .unwrap_or_else(|| read.meta.props.clone());
+        props.sse_s3 = opts.sse_s3;
         let put = PutOptions {
-            props: opts
-                .replace_props
-                .unwrap_or_else(|| read.meta.props.clone()),
+            props,
             checksum_algorithm: read.meta.checksum.as_ref().map(|c| c.algorithm),
             condition: opts.condition,
             ..PutOptions::default()

@@ -148,6 +148,14 @@ mod tests {
             "s3:PutEncryptionConfiguration"
         );
         assert_eq!(
+            action("PutBucketEncryption", false),
+            "s3:PutEncryptionConfiguration"
+        );
+        assert_eq!(
+            action("GetBucketEncryption", false),
+            "s3:GetEncryptionConfiguration"
+        );
+        assert_eq!(
             action("PutObjectTagging", true),
             "s3:PutObjectVersionTagging"
         );

@@ -232,8 +232,15 @@ pub(super) async fn copy_object(
         input.tagging_directive.as_ref().map(|d| d.as_str()),
         "tagging",
     )?;
-    // A copy onto itself that changes its encryption is a change.
-    let rekeyed = encryption.is_some() || source_key.is_some() || asked;
+    // The copy's SSE-S3 is what its request asks for, else the bucket's
+    // default (never the source's, as S3 documents for CopyObject).
+    let sse_s3 =
+        super::bucket_encryption::with_default(svc, &input.bucket, asked, encryption.is_some())
+            .await?;
+    // A copy onto itself that sets its encryption is a change; a bucket
+    // default set with PutBucketEncryption counts, as S3 takes such a copy
+    // (the way to encrypt existing objects after setting one).
+    let rekeyed = encryption.is_some() || source_key.is_some() || sse_s3;
     if !replace
         && !replace_tags
         && !rekeyed
@@ -246,12 +253,7 @@ pub(super) async fn copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
-    // The copy's SSE-S3 is what its request asks for, else the bucket's
-    // default; with the COPY directive, the source's too.
-    let sse_s3 =
-        super::bucket_encryption::with_default(svc, &input.bucket, asked, encryption.is_some())
-            .await?;
-    let replace_props = if replace || replace_tags || sse_s3 {
+    let replace_props = if replace || replace_tags {
         // What one directive does not replace comes from the source.
         let source = {
             let (b, k, v) = (src_bucket.clone(), src_key.clone(), src_version.clone());
@@ -269,7 +271,6 @@ pub(super) async fn copy_object(
             source.props
         };
         props.tags = tags;
-        props.sse_s3 |= sse_s3;
         Some(props)
     } else {
         None
@@ -286,6 +287,7 @@ pub(super) async fn copy_object(
         acl,
         source_version: src_version.clone(),
         lock,
+        sse_s3,
         source_key,
         encryption,
     };

@@ -441,6 +441,7 @@ impl Store {
             }
             rec.props.props.acl = opts.acl;
             rec.props.props.lock = opts.lock;
+            rec.props.props.sse_s3 = opts.sse_s3;
             rec.modified_ns = record::now_ns();
             rec.generation = record::new_generation();
             record::retain(conn, &rec.extents)?;
@@ -478,6 +479,7 @@ impl Store {
         let mut props = replace.unwrap_or_else(|| read.meta.props.clone());
         props.acl = opts.acl;
         props.lock = opts.lock;
+        props.sse_s3 = opts.sse_s3;
         // A full-object checksum is computed again over the same bytes.
         let keep = read
             .meta

@@ -146,6 +146,48 @@ pub(crate) fn sealed_objects(make: Make) {
     assert_eq!(s.verify_contents().unwrap(), Vec::<String>::new());
 }
 
+/// A copy's SSE-S3 is its own (`CopyOptions::sse_s3`), never the
+/// source's: whether it shares the source's blobs, is rewritten under a
+/// customer key, or replaces the properties.
+pub(crate) fn copies_take_their_own_sse_s3(make: Make) {
+    let f = make(StoreOptions::default());
+    let s = &f.store;
+    s.create_bucket("sse").unwrap();
+    let mut opts = PutOptions::default();
+    opts.props.sse_s3 = true;
+    s.put_object("sse", "src", &mut Cursor::new(b"bytes"), opts)
+        .unwrap();
+    let copy = |dst: &str, opts: CopyOptions| {
+        let meta = s.copy_object("sse", "src", "sse", dst, opts).unwrap();
+        let head = s.head_object("sse", dst).unwrap();
+        assert_eq!(meta.props.sse_s3, head.props.sse_s3, "{dst}");
+        head.props.sse_s3
+    };
+    assert!(!copy("shared", CopyOptions::default()));
+    let on = CopyOptions {
+        sse_s3: true,
+        ..Default::default()
+    };
+    assert!(copy("shared-on", on.clone()));
+    let replaced = CopyOptions {
+        replace_props: Some(ObjectProps::default()),
+        sse_s3: true,
+        ..Default::default()
+    };
+    assert!(copy("replaced", replaced));
+    let sealed = CopyOptions {
+        encryption: Some(key(7)),
+        ..Default::default()
+    };
+    assert!(!copy("sealed", sealed));
+    assert_eq!(
+        read(s, "sse", "sealed", None, None, Some(&key(7))).unwrap(),
+        b"bytes"
+    );
+    // The source keeps its own.
+    assert!(s.head_object("sse", "src").unwrap().props.sse_s3);
+}
+
 fn base64_md5(data: &[u8]) -> String {
     base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,

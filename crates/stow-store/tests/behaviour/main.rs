@@ -75,6 +75,7 @@ on_both_backends!(
     lifecycle_expires_in_batches,
     sealed_objects,
     sealed_copies,
+    copies_take_their_own_sse_s3,
     sealed_multipart,
 );
 
