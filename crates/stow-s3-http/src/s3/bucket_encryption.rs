@@ -119,15 +119,18 @@ pub(super) async fn delete_bucket_encryption(
     Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
 }
 
-/// Whether a write to `bucket` is SSE-S3: what it `asked` for, else,
-/// where it names no encryption of its own (neither `AES256` nor a
-/// customer key), whether the bucket has a default.
+/// Whether a write to `bucket` is SSE-S3: what its
+/// `x-amz-server-side-encryption` asks for ([`super::sse::server_managed`],
+/// which refuses SSE-KMS), else, where it names no encryption of its own
+/// (neither `AES256` nor a customer key), whether the bucket has a default.
 pub(super) async fn with_default(
     svc: &StowS3,
     bucket: &str,
-    asked: bool,
+    sse: Option<&ServerSideEncryption>,
+    kms_key: Option<&str>,
     customer_key: bool,
 ) -> S3Result<bool> {
+    let asked = super::sse::server_managed(sse, kms_key)?;
     if asked || customer_key {
         return Ok(asked);
     }

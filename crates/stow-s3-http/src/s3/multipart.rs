@@ -58,14 +58,11 @@ pub(super) async fn create_multipart_upload(
         encryption,
     };
     opts.props.lock = lock;
-    let asked = super::sse::server_managed(
-        input.server_side_encryption.as_ref(),
-        input.ssekms_key_id.as_deref(),
-    )?;
     opts.props.sse_s3 = super::bucket_encryption::with_default(
         svc,
         &input.bucket,
-        asked,
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
         opts.encryption.is_some(),
     )
     .await?;

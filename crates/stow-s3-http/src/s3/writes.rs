@@ -50,14 +50,11 @@ pub(super) async fn put_object(
         input.sse_customer_key.as_deref(),
         input.sse_customer_key_md5.as_deref(),
     )?;
-    let asked = super::sse::server_managed(
-        input.server_side_encryption.as_ref(),
-        input.ssekms_key_id.as_deref(),
-    )?;
     opts.props.sse_s3 = super::bucket_encryption::with_default(
         svc,
         &input.bucket,
-        asked,
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
         opts.encryption.is_some(),
     )
     .await?;
@@ -219,10 +216,6 @@ pub(super) async fn copy_object(
     )?;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let (encryption, source_key) = super::sse::copy_keys(svc.store.as_ref(), &input)?;
-    let asked = super::sse::server_managed(
-        input.server_side_encryption.as_ref(),
-        input.ssekms_key_id.as_deref(),
-    )?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let replace = replaces(
         input.metadata_directive.as_ref().map(|d| d.as_str()),
@@ -234,9 +227,14 @@ pub(super) async fn copy_object(
     )?;
     // The copy's SSE-S3 is what its request asks for, else the bucket's
     // default (never the source's, as S3 documents for CopyObject).
-    let sse_s3 =
-        super::bucket_encryption::with_default(svc, &input.bucket, asked, encryption.is_some())
-            .await?;
+    let sse_s3 = super::bucket_encryption::with_default(
+        svc,
+        &input.bucket,
+        input.server_side_encryption.as_ref(),
+        input.ssekms_key_id.as_deref(),
+        encryption.is_some(),
+    )
+    .await?;
     // A copy onto itself that sets its encryption is a change; a bucket
     // default set with PutBucketEncryption counts, as S3 takes such a copy
     // (the way to encrypt existing objects after setting one).
