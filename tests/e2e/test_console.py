@@ -370,6 +370,35 @@ def test_console_security(console, page):
     assert page.alerts == []
 
 
+def test_console_planted_cookie(console, page):
+    """Cookies are not kept apart by port: an HTML object on the S3 port can
+    set a `stow_console` cookie with a narrower path, which the browser
+    sends before the real one. The console looks at every value, so the
+    planted one neither shadows the session nor gets it cleared."""
+    s3 = console.client()
+    api = Api(console.console)
+    _, session, _ = api.sign_in(console)
+    for cookie in (f"{'0' * 64}; stow_console={session}", f"junk; stow_console={session}; stow_console=x"):
+        resp, doc = api.call("GET", "buckets", cookie=cookie)
+        assert resp.status == 200 and doc == {"buckets": []}, doc
+        assert resp.getheader("Set-Cookie") is None, "a live session's cookie is never cleared"
+    resp, doc = api.call("GET", "buckets", cookie=f"junk; stow_console={'0' * 64}")
+    assert resp.status == 401 and doc["error"]["code"] == "unauthenticated"
+
+    # In the browser: plant a long-lived cookie from the S3 port, sign in,
+    # and the console keeps working.
+    s3.create_bucket(Bucket="site")
+    planted = 'document.cookie = "stow_console=planted; Path=/_stow/console/api/; Max-Age=31536000"'
+    s3.put_object(Bucket="site", Key="evil.html", Body=f"<script>{planted}</script>".encode(), ContentType="text/html")
+    page.goto(s3.generate_presigned_url("get_object", Params={"Bucket": "site", "Key": "evil.html"}))
+    cookies = {(c["name"], c["path"], c["value"]) for c in page.context.cookies()}
+    assert ("stow_console", "/_stow/console/api/", "planted") in cookies, cookies
+    sign_in(page, console)
+    page.get_by_role("link", name="site", exact=True).click()
+    page.get_by_role("link", name="Download evil.html", exact=True).wait_for()
+    assert page.alerts == []
+
+
 def test_console_read_only(stow_bin, tmp_path, page):
     # Seed a bucket, then serve the same data read-only: the console shows
     # it without any control that would change it, and the API refuses a

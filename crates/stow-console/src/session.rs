@@ -242,16 +242,20 @@ pub fn clearing_cookie() -> String {
     format!("{COOKIE_NAME}=; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 
-/// The session id in the request's `Cookie` headers, if any.
-pub fn cookie_session(headers: &HeaderMap) -> Option<String> {
+/// Every session id in the request's `Cookie` headers, in the order sent.
+/// All of them, not the first: cookies are not kept apart by port, so a
+/// page served from another port of the same host (an HTML object on the
+/// S3 port) can set a `stow_console` cookie of its own with a narrower
+/// path, which the browser then sends before the real one.
+pub fn cookie_sessions(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .map(|(_, value)| value.to_string())
+        .filter(|(name, _)| *name == COOKIE_NAME)
+        .map(|(_, value)| value)
 }
 
 /// Refuses a request a browser sent on behalf of another site or origin:
@@ -453,14 +457,14 @@ mod tests {
             assert!(c.contains(flag), "{c}");
         }
         assert!(clearing_cookie().contains("Max-Age=0"));
+        let all = |h: &HeaderMap| cookie_sessions(h).map(String::from).collect::<Vec<_>>();
         let h = headers(&[("cookie", "a=1; stow_console=xyz; b=2")]);
-        assert_eq!(cookie_session(&h).as_deref(), Some("xyz"));
+        assert_eq!(all(&h), ["xyz"]);
         let h = headers(&[("cookie", "a=1"), ("cookie", "stow_console=q")]);
-        assert_eq!(cookie_session(&h).as_deref(), Some("q"));
-        assert_eq!(
-            cookie_session(&headers(&[("cookie", "xstow_console=1")])),
-            None
-        );
+        assert_eq!(all(&h), ["q"]);
+        let h = headers(&[("cookie", "stow_console=planted; stow_console=real")]);
+        assert_eq!(all(&h), ["planted", "real"]);
+        assert!(all(&headers(&[("cookie", "xstow_console=1")])).is_empty());
     }
 
     #[test]

@@ -298,17 +298,16 @@ fn who(state: &State, s: &session::Session) -> serde_json::Value {
     })
 }
 
-/// The live session of the request's cookie, with its id.
+/// The live session among the request's cookies, with its id (the first
+/// live one: another cookie of the same name may be stale or planted).
 fn signed_in(
     state: &State,
     req: &Request<Incoming>,
 ) -> Result<(String, session::Session), ConsoleError> {
-    let id = session::cookie_session(req.headers()).ok_or(ConsoleError::Unauthenticated)?;
-    let s = state
-        .sessions
-        .lookup(&id, Instant::now())
-        .ok_or(ConsoleError::Unauthenticated)?;
-    Ok((id, s))
+    let now = Instant::now();
+    session::cookie_sessions(req.headers())
+        .find_map(|id| Some((id.to_string(), state.sessions.lookup(id, now)?)))
+        .ok_or(ConsoleError::Unauthenticated)
 }
 
 async fn list_buckets(state: &State) -> Result<Response<Body>, ConsoleError> {
