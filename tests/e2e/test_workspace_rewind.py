@@ -8,8 +8,11 @@ import fcntl
 import hashlib
 import json
 import os
+import pathlib
 import shutil
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -749,3 +752,129 @@ def test_s3_writes_wait_for_a_rewind_the_server_runs(stow_bin, workdir, env):
         assert (repo / "README.md").read_text() != "edited\n"
     finally:
         assert server.stop() == 0
+
+
+def test_a_file_written_after_it_was_moved_aside_is_kept_when_its_directory_went(stow_bin, workdir, env):
+    """A process appends to logs/app.log while the rewind removes it and
+    its directory (the checkpoint has no logs/): its bytes cannot go back
+    to their path, so they are kept under .stow/kept, which the conflict
+    names, and survive the stage's removal."""
+    repo = workdir / "repo"
+    repo.mkdir()
+    (repo / "base").write_text("base\n")
+    ok(stow_bin, "attach", "--root", repo, env=env)
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    (repo / "logs").mkdir()
+    log = open(repo / "logs" / "app.log", "ab")
+    log.write(b"started\n")
+    log.flush()
+    proc = subprocess.Popen(
+        [stow_bin, "workspace", "rewind", "--to", cp],
+        cwd=repo,
+        env={**env, "STOW_TEST_FAULT": "rewind.step@1500"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while (repo / "logs" / "app.log").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    # Moved aside, not yet deleted: the writer's descriptor still reaches it.
+    log.write(b"IMPORTANT\n")
+    log.close()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "workspace_changed" in err, (out, err)
+    doc = json.loads(out)
+    [conflict] = doc["conflicts"]
+    assert conflict["path"] == "logs/app.log", doc
+    kept = conflict["reason"].split("kept at ", 1)[1]
+    assert kept.startswith(str(repo / ".stow" / "kept")), conflict
+    assert open(kept, "rb").read() == b"started\nIMPORTANT\n"
+    assert not (repo / "logs").exists() and (repo / "base").read_text() == "base\n"
+    assert not (repo / ".stow" / "rewind").exists()
+    # Detach will not delete what was kept; moved out, it goes ahead.
+    refused(stow_bin, "detach", env=env, cwd=repo, code="refused")
+    shutil.rmtree(repo / ".stow" / "kept")
+    ok(stow_bin, "detach", env=env, cwd=repo)
+    assert not (repo / ".stow").exists()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_detach_finishes_an_interrupted_rewind_first(stow_bin, workdir, env, keep):
+    """A rewind killed after its first exchange leaves the tree half
+    rewound and the moved-aside files in its stage under .stow: detach
+    finishes it (the whole tree is the checkpoint's) before it removes
+    .stow, and leaves no journal behind."""
+    repo = workdir / "repo"
+    repo.mkdir()
+    (repo / "a").write_text("one")
+    (repo / "b").write_text("one")
+    ws = ok(stow_bin, "attach", "--root", repo, env=env)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
+    (repo / "a").write_text("agent work A")
+    (repo / "b").write_text("agent work B")
+    rc, _, _ = run(stow_bin, "rewind", "--to", cp, env={**env, "STOW_TEST_FAULT": "rewind.exchanged#1"}, cwd=repo)
+    assert rc == -9
+    journal = default_registry(workdir) / ".stow" / "rewind" / f"{ws}.json"
+    assert journal.exists()
+    ok(stow_bin, "detach", *(["--keep-checkpoints"] if keep else []), env=env, cwd=repo)
+    assert (repo / "a").read_text() == "one" and (repo / "b").read_text() == "one"
+    assert not (repo / ".stow").exists() and not journal.exists()
+    assert ok(stow_bin, "check", env=env, cwd=workdir).get("damaged", []) == []
+
+
+def test_a_read_only_directory_is_rewound_inside_and_keeps_its_mode(stow_bin, workdir, env):
+    """Directories whose mode keeps their owner from writing (0555) are
+    opened up before the steps inside them and given the checkpoint's mode
+    after. Run as an unprivileged user (uid 65534 when the test runs as
+    root, whose writes ignore modes)."""
+    as_root = os.geteuid() == 0
+    base = pathlib.Path(tempfile.mkdtemp(prefix="stow-ro-"))
+    try:
+        user = {"user": 65534, "group": 65534} if as_root else {}
+        home = base / "home"
+        home.mkdir()
+        uenv = {**env, "HOME": str(home), "XDG_CONFIG_HOME": str(base / "xdg")}
+        repo = base / "repo"
+        (repo / "ro").mkdir(parents=True)
+        (repo / "rw").mkdir()
+        (repo / "ro" / "f").write_text("v1")
+        (repo / "rw" / "g").write_text("v1")
+
+        def give(path):
+            if as_root:
+                for p in [path, *path.rglob("*")]:
+                    os.lchown(p, 65534, 65534)
+
+        def stow(*args):
+            out = subprocess.run([stow_bin, "workspace", *args], cwd=repo, env=uenv, capture_output=True, text=True, timeout=120, **user)
+            return out.returncode, json.loads(out.stdout), out.stderr
+
+        os.chmod(repo / "ro", 0o555)
+        give(base)
+        assert stow("attach")[0] == 0
+        rc, doc, err = stow("checkpoint")
+        assert rc == 0, err
+        cp = doc["checkpoint_id"]
+        # The agent's edits: ro/ stays read-only, rw/ becomes read-only.
+        os.chmod(repo / "ro", 0o755)
+        (repo / "ro" / "f").write_text("v2")
+        (repo / "ro" / "h").write_text("new")
+        (repo / "rw" / "g").write_text("v2")
+        give(repo)
+        os.chmod(repo / "ro", 0o555)
+        os.chmod(repo / "rw", 0o555)
+        rc, doc, err = stow("rewind", "--to", cp)
+        assert rc == 0 and doc["conflicts"] == [], (doc, err)
+        assert (repo / "ro" / "f").read_text() == "v1" and not (repo / "ro" / "h").exists()
+        assert (repo / "rw" / "g").read_text() == "v1"
+        assert stat.S_IMODE(os.stat(repo / "ro").st_mode) == 0o555
+        assert stat.S_IMODE(os.stat(repo / "rw").st_mode) == 0o755
+        rc, doc, err = stow("status")
+        assert rc == 0 and doc["clean"] is True, (doc, err)
+    finally:
+        for p in [base, *base.rglob("*")]:
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+        shutil.rmtree(base, ignore_errors=True)

@@ -21,6 +21,7 @@ use crate::manifest::{DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::open::describe;
 use stow_checkpoint::fsutil::{absolute, atomic_write, now_rfc3339, random_hex};
 use stow_checkpoint::registry::{min_bound, Record, Registry, POLICY_VERSION, READ_WRITE_MASK};
+use stow_checkpoint::rewind::{kept_root, HeldWorkspace};
 use stow_checkpoint::{delete_workspace_checkpoints, summaries, Result, WsError};
 
 /// What `workspace attach` is given.
@@ -248,7 +249,6 @@ pub struct DetachResult {
 /// in the tree; refuses a prepared (owned) workspace (use `destroy`) and
 /// one a live session holds.
 pub fn detach(registry: &Registry, id: &str, keep_checkpoints: bool) -> Result<DetachResult> {
-    let _lock = registry.lock()?;
     let rec = registry.get(id)?;
     if rec.owned {
         return Err(WsError::Refused(format!(
@@ -257,6 +257,20 @@ pub fn detach(registry: &Registry, id: &str, keep_checkpoints: bool) -> Result<D
     }
     if is_live(&rec.dir)? || stow_checkpoint::watch_service::is_watched(registry, id)? {
         return Err(WsError::InUse(id.to_string()));
+    }
+    // Taken once the refusals are behind (they write nothing, not even a
+    // lock file).
+    let held = HeldWorkspace::take(registry, id)?;
+    let rec = registry.get(id)?;
+    // A rewind a kill interrupted: finished, so the tree is whole and the
+    // files its stage holds (under `.stow`, removed below) are put back.
+    held.finish_pending(registry, &rec)?;
+    let kept = kept_root(&rec.dir);
+    if fs::read_dir(&kept).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(WsError::Refused(format!(
+            "{} holds files written while a rewind replaced them; move them out of it, then detach",
+            kept.display()
+        )));
     }
     // Only the identity's own workspace: a record must never remove the
     // `.stow` of another.

@@ -170,6 +170,45 @@ pub(crate) fn lock(registry: &Registry, ws: &str) -> Result<(FileLock, FileLock)
     Ok((capture, registry.lock()?))
 }
 
+/// A workspace held still: its capture lock and the registry lock, so no
+/// capture, rewind or status runs on it meanwhile. What forgetting a
+/// workspace (`workspace detach`) holds.
+pub struct HeldWorkspace {
+    _capture: FileLock,
+    _registry: FileLock,
+}
+
+impl HeldWorkspace {
+    /// Takes workspace `ws`'s locks (`in_progress` when another process
+    /// holds it).
+    pub fn take(registry: &Registry, ws: &str) -> Result<HeldWorkspace> {
+        check_workspace_id(ws)?;
+        let (capture, registry) = lock(registry, ws)?;
+        Ok(HeldWorkspace {
+            _capture: capture,
+            _registry: registry,
+        })
+    }
+
+    /// Finishes an interrupted rewind of `rec`, if there is one: its
+    /// stage holds files moved aside from the tree, which only finishing
+    /// the journal puts back or lets go.
+    pub fn finish_pending(
+        &self,
+        registry: &Registry,
+        rec: &Record,
+    ) -> Result<Option<RewindResult>> {
+        finish_locked(registry, rec, None)
+    }
+}
+
+/// `<root>/.stow/kept`: files written while a rewind replaced them that
+/// could not go back to their paths (`steps::Applier::keep`); the
+/// workspace's owner decides what to do with them.
+pub fn kept_root(root: &std::path::Path) -> std::path::PathBuf {
+    root.join(".stow").join("kept")
+}
+
 /// Finishes an interrupted rewind of `rec`, the caller holding the
 /// workspace's capture lock and the registry lock (and, in a process that
 /// owns the bucket view, passing it in `owned`). Nothing to do (the

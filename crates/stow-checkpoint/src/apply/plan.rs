@@ -1,8 +1,8 @@
 //! The plan of a rewind: for every path where the tree as the undo
 //! checkpoint recorded it (`was`) differs from the target checkpoint
 //! (`want`), the steps that turn one into the other, in the order they
-//! can run: removals, emptied directories, new directories, installs,
-//! directory modes.
+//! can run: read-only directories opened up, removals, emptied
+//! directories, new directories, installs, directory modes.
 //!
 //! A plan is computed from two published (immutable) manifests, never
 //! from the live tree; the live tree is compared with `was` only when a
@@ -63,7 +63,8 @@ pub(crate) enum Step {
     /// Set a file's mode (same bytes).
     Chmod { path: String, was: Entry, mode: u32 },
     /// Set a directory's mode (deepest first, once everything inside is
-    /// written).
+    /// written; or, first of all, a read-only directory opened up to its
+    /// owner so the steps inside it can run).
     DirMode { path: String, mode: u32 },
 }
 
@@ -353,11 +354,59 @@ pub(crate) fn build(
     let depth = |s: &Step| s.path().matches('/').count();
     // Deepest first: a directory is empty only once its children are gone.
     remove_dirs.sort_by_key(|s| std::cmp::Reverse(depth(s)));
+    let changes = [removes, remove_dirs, make_dirs, installs].concat();
+    let opened = open_up(&before, &after, &changes, &mut dir_modes);
     // Deepest first: a directory's own mode may forbid writing into it.
     // (Directories are made in path order: parents first.)
     dir_modes.sort_by_key(|s| std::cmp::Reverse(depth(s)));
-    plan.steps = [removes, remove_dirs, make_dirs, installs, dir_modes].concat();
+    plan.steps = [opened, changes, dir_modes].concat();
     plan
+}
+
+/// The owner's access a step needs in the directories above its path:
+/// search to reach it, write to change it.
+const OWNER_RWX: u32 = 0o700;
+
+/// Opens up the directories the undo checkpoint holds whose mode keeps
+/// their owner from changing what is inside (a read-only `0555`
+/// directory): the returned steps, shallowest first, give the owner full
+/// access before any change below them runs, and `dir_modes` gains the
+/// step that sets each one's mode back (the target's) after all of them,
+/// where the target keeps the directory.
+fn open_up(
+    before: &BTreeMap<String, Entry>,
+    after: &BTreeMap<String, Entry>,
+    changes: &[Step],
+    dir_modes: &mut Vec<Step>,
+) -> Vec<Step> {
+    let mut closed: BTreeMap<&str, u32> = BTreeMap::new();
+    for step in changes {
+        for a in ancestors_of(step.path()) {
+            if let Some(Entry::Dir { mode }) = before.get(a) {
+                if mode & OWNER_RWX != OWNER_RWX {
+                    closed.insert(a, *mode);
+                }
+            }
+        }
+    }
+    let mut opened: Vec<Step> = closed
+        .iter()
+        .map(|(path, mode)| Step::DirMode {
+            path: path.to_string(),
+            mode: mode | OWNER_RWX,
+        })
+        .collect();
+    opened.sort_by_key(|s| s.path().matches('/').count());
+    for path in closed.keys() {
+        let restored = dir_modes.iter().any(|s| s.path() == *path);
+        if let (false, Some(Entry::Dir { mode })) = (restored, after.get(*path)) {
+            dir_modes.push(Step::DirMode {
+                path: path.to_string(),
+                mode: *mode,
+            });
+        }
+    }
+    opened
 }
 
 #[cfg(test)]
@@ -436,6 +485,62 @@ mod tests {
         let plan = build(&was, &want, &[], &ALL);
         assert_eq!(kinds(&plan), ["make_dir a", "install a/x", "dir_mode a"]);
         assert_eq!(plan.unchanged, 1);
+    }
+
+    #[test]
+    fn read_only_directories_are_opened_up_first_and_closed_last() {
+        let with_modes = |mut m: CheckpointManifest, modes: &[(&str, u32)]| {
+            for (path, mode) in modes {
+                if let Some(d) = m.dirs.iter_mut().find(|d| d.path == *path) {
+                    d.mode = *mode;
+                }
+            }
+            m
+        };
+        let was = with_modes(
+            manifest(
+                &[
+                    ("ro/f", "1", 0o644),
+                    ("ro/sub/g", "1", 0o644),
+                    ("rw/h", "1", 0o644),
+                ],
+                &[],
+                &["ro", "ro/sub", "rw", "quiet"],
+            ),
+            &[("ro", 0o555), ("ro/sub", 0o500), ("quiet", 0o555)],
+        );
+        let want = with_modes(
+            manifest(
+                &[("ro/f", "2", 0o644), ("rw/h", "2", 0o644)],
+                &[],
+                &["ro", "rw", "quiet"],
+            ),
+            &[("ro", 0o555), ("quiet", 0o555)],
+        );
+        let plan = build(&was, &want, &[], &ALL);
+        assert_eq!(
+            kinds(&plan),
+            [
+                "dir_mode ro",
+                "dir_mode ro/sub",
+                "remove ro/sub/g",
+                "remove_dir ro/sub",
+                "install ro/f",
+                "install rw/h",
+                "dir_mode ro",
+            ]
+        );
+        let modes: Vec<u32> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::DirMode { mode, .. } => Some(*mode),
+                _ => None,
+            })
+            .collect();
+        // Opened to the owner (group and other bits kept), then the
+        // target's mode back; `quiet` has no change inside: untouched.
+        assert_eq!(modes, [0o755, 0o700, 0o555]);
     }
 
     #[test]

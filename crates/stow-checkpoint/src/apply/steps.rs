@@ -25,7 +25,7 @@ use super::beneath::{self, Dir, Kind, Spot, Stat};
 use super::plan::{Entry, Step};
 use crate::error::{Result, WsError};
 use crate::format::FileEntry;
-use crate::fsutil::{fsync_dir, hash_file, hash_open_file, hex};
+use crate::fsutil::{create_private_dir, fsync_dir, hash_file, hash_open_file, hex};
 use crate::materialize::copy_verified;
 use crate::parallel::{for_each_in_dir_runs, worker_threads};
 use crate::progress::Progress;
@@ -272,17 +272,11 @@ impl<'a> Applier<'a> {
         crate::fault::point("rewind.moved_aside");
         let after = Self::stat(&aside)?.unwrap_or(Stat { ino: 0, ..*before });
         if !after.same_as(before) {
-            let back = aside.rename_to(spot, libc::RENAME_NOREPLACE);
-            self.conflict(
-                rel,
-                match back {
-                    Ok(()) => "written while the rewind replaced it; left as written".to_string(),
-                    Err(_) => format!(
-                        "written while the rewind replaced it; kept at {}",
-                        aside.path().display()
-                    ),
-                },
-            );
+            let reason = match aside.rename_to(spot, libc::RENAME_NOREPLACE) {
+                Ok(()) => "written while the rewind replaced it; left as written".to_string(),
+                Err(_) => self.keep(&Self::aside_name(n))?,
+            };
+            self.conflict(rel, reason);
             return Ok(false);
         }
         self.asides.push(Aside {
@@ -534,7 +528,7 @@ impl<'a> Applier<'a> {
             if unchanged {
                 remove_entry(&a.path)?;
             } else {
-                self.put_back(&a.path, &a.rel);
+                self.put_back(&a.path, &a.rel)?;
             }
         }
         if self.recovering {
@@ -557,7 +551,7 @@ impl<'a> Applier<'a> {
                     // An emptied directory, or the one staged: never ours
                     // when it holds anything.
                     if fs::remove_dir(&left).is_err() {
-                        self.put_back(&left, step.path());
+                        self.put_back(&left, step.path())?;
                     }
                     continue;
                 }
@@ -568,7 +562,7 @@ impl<'a> Applier<'a> {
                 if ours {
                     remove_entry(&left)?;
                 } else {
-                    self.put_back(&left, step.path());
+                    self.put_back(&left, step.path())?;
                 }
             }
         }
@@ -588,14 +582,15 @@ impl<'a> Applier<'a> {
     }
 
     /// A file moved aside that someone wrote to: back to `rel` (replacing
-    /// what the rewind put there, never through a link), or kept in the
-    /// stage when that fails.
-    fn put_back(&mut self, aside: &Path, rel: &str) {
+    /// what the rewind put there, never through a link), or kept (see
+    /// [`Applier::keep`]) when that fails, as it does when the rewind
+    /// removed its directory.
+    fn put_back(&mut self, aside: &Path, rel: &str) -> Result<()> {
+        let name = aside
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         let back = || -> std::io::Result<PathBuf> {
-            let name = aside
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
             let to = self
                 .root
                 .spot(rel)?
@@ -608,12 +603,34 @@ impl<'a> Applier<'a> {
                 self.touched.insert(dir);
                 "written while the rewind replaced it; the written file was put back".to_string()
             }
-            Err(_) => format!(
-                "written while the rewind replaced it; kept at {}",
-                aside.display()
-            ),
+            Err(_) => self.keep(name)?,
         };
         self.conflict(rel, reason);
+        Ok(())
+    }
+
+    /// Moves the stage's entry `name` (a file someone wrote to that cannot
+    /// go back to its path) to `<root>/.stow/kept/<run>/`, out of the
+    /// stage, which goes when the rewind ends; the new names are flushed
+    /// with the directories this run touched, before the stage is removed.
+    /// Returns the conflict's reason, which says where it is. An error
+    /// (the bytes stay in the stage) stops the rewind before the stage is
+    /// removed: the next command finishing the journal tries again.
+    fn keep(&mut self, name: &str) -> Result<String> {
+        let run = self.stage.path().file_name().unwrap_or_default();
+        let kept_root = super::kept_root(self.root.path());
+        let kept = kept_root.join(run);
+        create_private_dir(&kept)?;
+        let to = kept.join(name);
+        fs::rename(self.stage.path().join(name), &to)
+            .map_err(|e| WsError::io_at("keep", &to, e))?;
+        let stow = kept_root.parent().map(Path::to_path_buf);
+        self.touched
+            .extend([kept, kept_root].into_iter().chain(stow));
+        Ok(format!(
+            "written while the rewind replaced it; kept at {}",
+            to.display()
+        ))
     }
 }
 

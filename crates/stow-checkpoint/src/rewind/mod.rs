@@ -21,7 +21,9 @@
 //! the operation around them (the request, the undo capture, the dry
 //! run), the one part that needs `capture` and `status`.
 
-pub use crate::apply::{finish_all_pending, finish_pending, Conflict, RewindResult};
+pub use crate::apply::{
+    finish_all_pending, finish_pending, kept_root, Conflict, HeldWorkspace, RewindResult,
+};
 
 use crate::apply::journal::{self, Journal, KeyDigests};
 use crate::apply::plan::{self, check_scope, Domain};
