@@ -9,7 +9,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -18,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Result, WsError};
 use crate::format::FileEntry;
-use crate::fsutil::{create_private_dir, hex, random_hex};
+use crate::fsutil::{create_private_dir, hex, random_hex, syncfs};
 use crate::layout::state;
 use crate::registry::Registry;
 
@@ -155,21 +154,6 @@ pub(crate) fn blob_ok(registry: &Registry, sha: &str, size: u64) -> bool {
 /// Up to this many new blobs are fsynced individually rather than with one
 /// `syncfs`.
 pub(super) const FEW_BLOBS: usize = 64;
-
-/// Flushes the whole file system holding `dir` (one flush instead of one
-/// fsync per file; what `cp -a && sync` pays too).
-pub(super) fn syncfs(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(|e| WsError::io_at("open", dir, e))?;
-    // SAFETY: syncfs on a descriptor we own.
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(WsError::io_at(
-            "syncfs",
-            dir,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
 
 /// The payloads of a capture that were staged (new to the blob store).
 pub(super) fn staged_blobs<'a>(all: &[(&'a Payload, u64)]) -> Vec<(&'a Payload, u64)> {

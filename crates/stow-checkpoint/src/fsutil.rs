@@ -375,3 +375,18 @@ impl FileStamp {
         })
     }
 }
+
+/// Flushes the whole file system holding `dir` (one flush instead of one
+/// fsync per file; what `cp -a && sync` pays too).
+pub fn syncfs(dir: &Path) -> Result<()> {
+    let f = File::open(dir).map_err(|e| WsError::io_at("open", dir, e))?;
+    // SAFETY: syncfs on a descriptor we own.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(WsError::io_at(
+            "syncfs",
+            dir,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::blobs::{blob_path, verify_blob};
 use crate::error::{Result, WsError};
 use crate::format::{object_as_file, CheckpointManifest, FileEntry};
-use crate::fsutil::{create_dirs_within, hex};
+use crate::fsutil::{create_dirs_within, hex, syncfs};
 use crate::parallel::{for_each_in_dir_runs, parent_dir, worker_threads};
 use crate::paths::check_checkpoint_path;
 use crate::progress::Progress;
@@ -34,8 +34,8 @@ pub fn verify(registry: &Registry, id: &str) -> Result<CheckpointManifest> {
 }
 
 /// Writes a checkpoint's files into `root` (which exists and is empty but
-/// for `.stow`), reproducing modes exactly, and returns the restored tree's
-/// `base_identity`.
+/// for `.stow`), reproducing modes exactly, flushed to disk, and returns
+/// the restored tree's `base_identity`.
 ///
 /// Each payload is verified while it is copied: the copy reads the blob
 /// once, hashing the same bytes it writes, so a torn or altered blob fails
@@ -120,6 +120,15 @@ pub fn materialize(
         let at = root.join(&d.path);
         fs::set_permissions(&at, fs::Permissions::from_mode(d.mode))
             .map_err(|e| WsError::io_at("chmod", &at, e))?;
+    }
+    // The whole tree on disk before the caller records it as the
+    // checkpoint's (registry, head): one flush of the file system, not a
+    // fsync per file and directory.
+    if identity
+        .as_ref()
+        .is_ok_and(|r| r.as_ref().is_ok_and(Option::is_some))
+    {
+        syncfs(root)?;
     }
     match identity {
         Ok(Ok(Some(id))) => Ok(id),

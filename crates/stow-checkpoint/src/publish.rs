@@ -17,12 +17,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::blobs::{
-    fsync_parallel, make_blobs_durable, publish_blob_names, staged_blobs, syncfs, Payload,
-    FEW_BLOBS,
+    fsync_parallel, make_blobs_durable, publish_blob_names, staged_blobs, Payload, FEW_BLOBS,
 };
 use crate::error::{Result, WsError};
 use crate::format::{erased, Summary};
-use crate::fsutil::{create_private_dir, fsync_dir, random_hex};
+use crate::fsutil::{create_private_dir, fsync_dir, random_hex, syncfs};
 use crate::layout::checkpoints_dir;
 use crate::registry::Registry;
 

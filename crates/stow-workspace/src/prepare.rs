@@ -13,7 +13,7 @@ use crate::identity::{
 };
 use crate::manifest::{check_seeded, Plan, TaskManifest};
 use stow_checkpoint::fsutil::{
-    atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex,
+    atomic_write, create_dirs_within, create_private_dir, now_rfc3339, random_hex, syncfs,
 };
 use stow_checkpoint::progress::PhaseClock;
 use stow_checkpoint::registry::{
@@ -156,6 +156,9 @@ fn prepare_created(
             0o600,
         )?;
     }
+    // The tree on disk before the workspace is recorded as ready (one
+    // flush of its file system, not a fsync per file).
+    syncfs(root)?;
     // Persist the record once more so its working directory is durable even
     // if the first write raced a concurrent registry edit.
     registry.put(&rec)?;
