@@ -113,6 +113,10 @@ def test_status_list_rewind_undo_and_replay_through_the_sdk(stow_bin, workdir, e
             # Out of scope and unknown properties: refused, nothing done.
             other = await s.call("stow_workspace_rewind", {**args, "workspace_id": "ws_0000000000000000"})
             assert other["outcome"] == "not_committed" and code(other) == "invalid_scope"
+            # An empty scope is not "the whole tree": refused, a dry run too.
+            for dry in (False, True):
+                empty = await s.call("stow_workspace_rewind", {**args, "request_key": "rw-e", "paths": [], "dry_run": dry})
+                assert empty["outcome"] == "not_committed" and code(empty) == "invalid_request", empty
             for name, a in [
                 ("stow_workspace_status", {"workspace_id": ws_id, "surprise": 1}),
                 ("stow_checkpoint_list", {"workspace_id": ws_id, "registry_dir": "/"}),

@@ -655,9 +655,10 @@ def test_a_scope_naming_nothing_is_refused_and_a_clean_undo_keeps_its_message(st
     repo, ws, cp, at_cp, edited = edited_repo(stow_bin, workdir, env)
     log = ok(stow_bin, "log", env=env, cwd=repo)
     # A --paths typo: refused before anything is captured or moved.
-    rc, doc, _ = run(stow_bin, "rewind", "--to", cp, "--paths", "no/such/dir", env=env, cwd=repo)
-    assert (rc, doc["error"]["code"]) == (1, "invalid_request"), doc
-    assert "no/such/dir" in doc["error"]["message"]
+    for dry in ([], ["--dry-run"]):
+        rc, doc, _ = run(stow_bin, "rewind", "--to", cp, "--paths", "no/such/dir", *dry, env=env, cwd=repo)
+        assert (rc, doc["error"]["code"]) == (1, "invalid_request"), (dry, doc)
+        assert "no/such/dir" in doc["error"]["message"]
     assert ok(stow_bin, "log", env=env, cwd=repo) == log and content(repo) == edited
     # A path only the checkpoint holds (deleted since) is a real scope.
     deleted = next(p for p, v in sorted(at_cp.items()) if p not in edited and v[0] == "file")
@@ -786,6 +787,7 @@ def test_a_file_written_after_it_was_moved_aside_is_kept_when_its_directory_went
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "workspace_changed" in err, (out, err)
     doc = json.loads(out)
+    assert doc["error"]["code"] == "workspace_changed" and "rewind" in doc["error"]["message"], doc
     [conflict] = doc["conflicts"]
     assert conflict["path"] == "logs/app.log", doc
     kept = conflict["reason"].split("kept at ", 1)[1]

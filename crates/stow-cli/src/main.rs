@@ -216,12 +216,25 @@ fn main() -> ExitCode {
             diagnose(format_args!("stow-s3: {} ({})", err.message, err.code));
             match &err.document {
                 _ if err.quiet => {}
-                Some(document) => print_json(document),
+                Some(document) => print_json(&with_error(document, &err)),
                 None => print_json(&serde_json::json!({ "error": err })),
             }
             ExitCode::from(if err.usage { 2 } else { 1 })
         }
     }
+}
+
+/// A result document that is also a refusal (a rewind with conflicts)
+/// with the `error` member every refusal's document has. A document with
+/// an `error` of its own keeps it (a keyed capture's envelope, whose error
+/// has no message by design: that goes to stderr).
+fn with_error(document: &serde_json::Value, err: &CliError) -> serde_json::Value {
+    let mut document = document.clone();
+    if let Some(doc) = document.as_object_mut() {
+        doc.entry("error")
+            .or_insert_with(|| serde_json::json!({ "code": err.code, "message": err.message }));
+    }
+    document
 }
 
 #[cfg(test)]

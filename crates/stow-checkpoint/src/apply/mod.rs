@@ -84,7 +84,7 @@ impl RewindResult {
     pub fn error(&self) -> Option<WsError> {
         (!self.conflicts.is_empty()).then(|| {
             WsError::WorkspaceChanged(format!(
-                "{} path(s) changed after the undo checkpoint and were left as they are: {}",
+                "{} path(s) changed after the rewind's undo checkpoint and were left as they are: {}",
                 self.conflicts.len(),
                 self.conflicts
                     .iter()

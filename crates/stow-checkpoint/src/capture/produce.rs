@@ -231,7 +231,7 @@ pub(crate) fn produce_one(
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::EISDIR) => {
                 WsError::WorkspaceChanged(format!(
-                    "{} was removed or replaced while it was copied",
+                    "{} was removed or replaced while the capture copied it",
                     file.path
                 ))
             }

@@ -79,8 +79,9 @@ pub enum WsError {
     /// Another capture (or rewind) of this workspace holds its lock.
     #[error("another capture or rewind of workspace {0} is in progress")]
     InProgress(String),
-    /// The tree changed during a capture.
-    #[error("the workspace changed during capture: {0}")]
+    /// The tree changed while a capture read it, or a rewind changed it
+    /// (the message says which).
+    #[error("the workspace changed: {0}")]
     WorkspaceChanged(String),
     /// A failure after the visibility point: the effect may have happened.
     #[error("outcome unknown: {0}")]

@@ -85,6 +85,9 @@ pub fn rewind(registry: &Registry, req: &RewindRequest) -> Result<RewindResult> 
     let scope = check_request(req)?;
     let rec = registry.get(ws)?;
     if req.dry_run {
+        // Refused as the rewind itself would be: a plan of a typo is no plan.
+        check_belongs(registry, req.to, ws)?;
+        check_scope_names_something(registry, &rec, req.to, &scope)?;
         return dry_run(registry, &rec, req.to, scope);
     }
     let include_sensitive = req.include_sensitive;

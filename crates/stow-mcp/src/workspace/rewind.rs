@@ -34,8 +34,9 @@ pub struct RewindArgs {
     workspace_id: String,
     checkpoint_id: String,
     request_key: String,
-    #[serde(default)]
-    paths: Vec<String>,
+    /// `None`: the whole tree (an empty list is refused, never read as
+    /// the whole tree).
+    paths: Option<Vec<String>>,
     #[serde(default)]
     dry_run: bool,
 }
@@ -121,14 +122,17 @@ impl WorkspaceCore {
         if !self.in_scope(&a.workspace_id) {
             return Self::out_of_scope("not_committed", &format!("workspace {}", a.workspace_id));
         }
-        if a.paths.len() > MAX_PATHS {
-            return WsEnvelope::refused(
-                "not_committed",
-                "invalid_request",
-                "validate",
-                format!("at most {MAX_PATHS} paths"),
-            );
+        let scope_refusal = match a.paths.as_ref().map(Vec::len) {
+            Some(0) => Some(
+                "paths names no file or directory (leave it out to rewind the whole tree)".into(),
+            ),
+            Some(n) if n > MAX_PATHS => Some(format!("at most {MAX_PATHS} paths")),
+            _ => None,
+        };
+        if let Some(message) = scope_refusal {
+            return WsEnvelope::refused("not_committed", "invalid_request", "validate", message);
         }
+        let paths = a.paths.unwrap_or_default();
         let monitor = self.monitor_for(&a.workspace_id);
         let registry = &self.settings().registry;
         if !a.dry_run {
@@ -138,7 +142,7 @@ impl WorkspaceCore {
             let call = RewindCall {
                 workspace_id: a.workspace_id,
                 to: a.checkpoint_id,
-                paths: a.paths,
+                paths,
                 message: None,
                 request_key: Some(a.request_key),
                 // MCP captures never hold sensitive paths: never touched.
@@ -157,7 +161,7 @@ impl WorkspaceCore {
         let req = RewindRequest {
             workspace_id: &a.workspace_id,
             to: &a.checkpoint_id,
-            paths: a.paths,
+            paths,
             dry_run: true,
             include_sensitive: false,
             message: None,
@@ -193,7 +197,9 @@ fn rewind_envelope(r: RewindResult) -> WsEnvelope {
             code: e.code().to_string(),
             phase: "apply".into(),
             attempts: 1,
-            retryable: e.retryable(),
+            // The same key replays these conflicts: only a new rewind (a
+            // new key, once the writer is done) can do better.
+            retryable: false,
             message: e.to_string(),
         });
     }
