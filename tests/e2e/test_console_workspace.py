@@ -9,6 +9,7 @@ HTTP-level checks run regardless).
 """
 
 import pathlib
+import urllib.parse
 
 import pytest
 from s3server import S3Server, WorkspaceServer
@@ -169,6 +170,20 @@ def test_workspace_api_refusals(served, stow_bin, workdir):
     resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path=bin.dat", headers=same, cookie=cookie)
     assert resp.status == 200 and doc["text"] is False and doc["reason"] == "binary", doc
     (pathlib.Path(server.root) / "bin.dat").unlink()
+    # A changed line ending shows: CRLF, and a last line without newline.
+    keep = pathlib.Path(server.root) / "keep.txt"
+    for data, shown in [(b"kept\r\n", "kept\u240d"), (b"kept", "kept \u2205 no newline at end of file")]:
+        keep.write_bytes(data)
+        resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path=keep.txt", headers=same, cookie=cookie)
+        assert resp.status == 200 and doc["lines"] == [{"op": "-", "text": "kept"}, {"op": "+", "text": shown}], doc
+    keep.write_bytes(b"kept\n")
+    # A path no checkpoint can name is refused; one in neither side is not found.
+    for bad in ["../outside.txt", "/etc/passwd", ".stow/workspace.json", "docs/../a.txt", "a//b"]:
+        resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path={urllib.parse.quote(bad)}", headers=same,
+                             cookie=cookie)
+        assert resp.status == 400 and doc["error"]["code"] == "invalid_path", (bad, doc)
+    resp, doc = api.call("GET", f"filediff?from={cp}&to=live&path=no/such.txt", headers=same, cookie=cookie)
+    assert resp.status == 404 and doc["error"]["code"] == "not_found", doc
     resp, doc = api.call("GET", f"filediff?from={other_cp}&to=live&path=secret.txt", headers=same,
                          cookie=cookie)
     assert resp.status == 400 and doc["error"]["code"] == "invalid_request", doc

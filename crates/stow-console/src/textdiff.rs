@@ -17,9 +17,17 @@ pub struct Line {
     /// `" "` unchanged, `"-"` only in the old text, `"+"` only in the new,
     /// `"…"` a fold of `text` unchanged lines.
     pub op: &'static str,
-    /// The line (without its newline), or the folded count.
+    /// The line (without its newline), or the folded count. A changed
+    /// line shows what a plain listing would hide: a carriage return
+    /// before its newline as [`CARRIAGE_RETURN`], no newline at all (the
+    /// text's last line) as [`NO_NEWLINE`].
     pub text: String,
 }
+
+/// Shown for the `\r` of a changed line ending in `\r\n`.
+pub const CARRIAGE_RETURN: &str = "\u{240d}";
+/// Appended to a changed last line that has no newline.
+pub const NO_NEWLINE: &str = " \u{2205} no newline at end of file";
 
 /// Why two sides are not compared as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +66,10 @@ pub fn as_text(bytes: &[u8]) -> Result<&str, NotText> {
 /// The unified listing of `old` → `new`, unchanged runs longer than twice
 /// the context folded.
 pub fn unified(old: &str, new: &str) -> Vec<Line> {
-    let a: Vec<&str> = old.lines().collect();
-    let b: Vec<&str> = new.lines().collect();
+    // Lines with their endings: a text that only gained a `\r` or lost its
+    // last newline differs, and shows where.
+    let a: Vec<&str> = old.split_inclusive('\n').collect();
+    let b: Vec<&str> = new.split_inclusive('\n').collect();
     let (n, m) = (a.len(), b.len());
     // lcs[i][j]: the longest common subsequence of a[i..] and b[j..].
     let width = m + 1;
@@ -92,6 +102,32 @@ pub fn unified(old: &str, new: &str) -> Vec<Line> {
     fold(&lines)
 }
 
+/// A line as listed: without its ending; a changed one with its ending
+/// made visible where it is not a plain `\n`.
+fn shown(line: &str, changed: bool) -> String {
+    let (body, newline) = match line.strip_suffix('\n') {
+        Some(body) => (body, true),
+        None => (line, false),
+    };
+    let carriage = newline && body.ends_with('\r');
+    let body = if carriage {
+        &body[..body.len() - 1]
+    } else {
+        body
+    };
+    if !changed {
+        return body.to_string();
+    }
+    let mut text = body.to_string();
+    if carriage {
+        text.push_str(CARRIAGE_RETURN);
+    }
+    if !newline {
+        text.push_str(NO_NEWLINE);
+    }
+    text
+}
+
 /// Folds unchanged runs, keeping [`CONTEXT`] lines next to each change.
 fn fold(lines: &[(&'static str, &str)]) -> Vec<Line> {
     let mut out = Vec::new();
@@ -100,7 +136,7 @@ fn fold(lines: &[(&'static str, &str)]) -> Vec<Line> {
         if lines[k].0 != " " {
             out.push(Line {
                 op: lines[k].0,
-                text: lines[k].1.to_string(),
+                text: shown(lines[k].1, true),
             });
             k += 1;
             continue;
@@ -115,7 +151,7 @@ fn fold(lines: &[(&'static str, &str)]) -> Vec<Line> {
         if run > keep_before + keep_after {
             let same = |l: &(&'static str, &str)| Line {
                 op: " ",
-                text: l.1.to_string(),
+                text: shown(l.1, false),
             };
             out.extend(lines[start..start + keep_before].iter().map(same));
             out.push(Line {
@@ -126,7 +162,7 @@ fn fold(lines: &[(&'static str, &str)]) -> Vec<Line> {
         } else {
             out.extend(lines[start..k].iter().map(|l| Line {
                 op: " ",
-                text: l.1.to_string(),
+                text: shown(l.1, false),
             }));
         }
     }
@@ -165,6 +201,21 @@ mod tests {
         let new = old.replace("10\n", "ten\n");
         let d = unified(&old, &new);
         assert_eq!(ops(&d), "…7\n 7\n 8\n 9\n-10\n+ten\n 11\n 12\n 13\n…6\n");
+    }
+
+    #[test]
+    fn line_endings_that_changed_are_shown() {
+        // A final newline lost, and one line's ending turned to CRLF.
+        let d = unified("a\nhello\n", "a\r\nhello");
+        assert_eq!(
+            ops(&d),
+            format!("-a\n-hello\n+a{CARRIAGE_RETURN}\n+hello{NO_NEWLINE}\n")
+        );
+        // Unchanged CRLF lines list as plain lines.
+        assert_eq!(
+            ops(&unified("x\r\n", "x\r\ny\r\n")),
+            format!(" x\n+y{CARRIAGE_RETURN}\n")
+        );
     }
 
     #[test]

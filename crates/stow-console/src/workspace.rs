@@ -296,12 +296,22 @@ impl WorkspacePages {
                 })
         };
         let (from, to, path) = (get("from")?, get("to")?, get("path")?);
+        // A path of the tree as checkpoints name it (`invalid_path`
+        // otherwise), never `..`, absolute or under `.stow`.
+        stow_checkpoint::paths::check_checkpoint_path(&path)?;
         let old = self.checkpoint_file(&from, &path)?;
         let new = if to == LIVE {
             self.live_file(&path)?
         } else {
             self.checkpoint_file(&to, &path)?
         };
+        if matches!((&old, &new), (Side::Absent, Side::Absent)) {
+            // Not "no change": there is no such file to compare.
+            return Err(stow_checkpoint::WsError::NotFound(format!(
+                "a file {path} in {from} or {to}"
+            ))
+            .into());
+        }
         let mut doc = serde_json::json!({
             "path": path, "from": from, "to": to,
             "from_size": old.size(), "to_size": new.size(),
