@@ -107,6 +107,32 @@ def test_console_drop_upload_and_multipart(console, page):
     assert page.alerts == []
 
 
+def test_console_uploads_fit_the_servers_request_limit(stow_bin, tmp_path, page):
+    """With --max-request-bytes under 8 MiB, a 7 MiB file goes in parts of
+    the limit (not as one PUT it would refuse); with a limit under S3's
+    5 MiB part minimum, a larger file is refused and nothing is left."""
+    for limit, size, parts in [(6 * MiB, 7 * MiB, 2), (1 * MiB, 2 * MiB, None)]:
+        server = S3Server(stow_bin, tmp_path / f"data-{limit}", "--max-request-bytes", str(limit))
+        server.console = server.ready["console"]
+        try:
+            s3 = server.client()
+            s3.create_bucket(Bucket="limits")
+            open_bucket(page, server, "limits")
+            drop_files(page, [{"name": "f.bin", "size": size}])
+            if parts:
+                page.get_by_role("cell", name="f.bin", exact=True).wait_for(timeout=60_000)
+                got = s3.get_object(Bucket="limits", Key="f.bin")
+                assert got["ETag"].strip('"').endswith(f"-{parts}"), got["ETag"]
+                assert got["Body"].read() == pattern(size)
+                assert page.alerts == []
+            else:
+                page.get_by_role("alert").filter(has_text="cannot be sent in parts").wait_for()
+                assert "Contents" not in s3.list_objects_v2(Bucket="limits")
+            assert "Uploads" not in s3.list_multipart_uploads(Bucket="limits")
+        finally:
+            assert server.stop() == 0
+
+
 def test_console_upload_cancel_aborts(console, page):
     s3 = console.client()
     s3.create_bucket(Bucket="slow")
@@ -325,6 +351,25 @@ def test_console_share_link(console, page, browser):  # noqa: F811
     assert resp.status == 404, doc
     resp, doc = api.call("POST", "share", {"bucket": "share", "key": "nope", "expires": 60}, cookie=session)
     assert resp.status == 403 and doc["error"]["code"] == "csrf"
+    # A key with a dot segment: a browser would ask for another path, so no
+    # link (the object itself is fine, and S3 clients reach it).
+    for key in ["x/../y.txt", "d/./e"]:
+        s3.put_object(Bucket="share", Key=key, Body=b"dots")
+        resp, doc = api.call("POST", "share", {"bucket": "share", "key": key, "expires": 60},
+                             headers={"X-Stow-CSRF": csrf}, cookie=session)
+        assert resp.status == 400 and doc["error"]["code"] == "bad_request" and "segment" in doc["error"]["message"]
+        assert s3.get_object(Bucket="share", Key=key)["Body"].read() == b"dots"
+    # A key holding "%2E" is no dot segment (its "%" is sent as %25): shared.
+    s3.put_object(Bucket="share", Key="d/%2E%2e/e", Body=b"percent")
+    resp, doc = api.call("POST", "share", {"bucket": "share", "key": "d/%2E%2e/e", "expires": 60},
+                         headers={"X-Stow-CSRF": csrf}, cookie=session)
+    assert resp.status == 200, doc
+    fresh = browser.new_context()
+    try:
+        got = fresh.request.get(doc["url"])
+        assert got.status == 200 and got.body() == b"percent"
+    finally:
+        fresh.close()
 
 
 # ---- filter and usage ----

@@ -427,6 +427,7 @@ mountUploads({
   showError,
   clearError,
   where: () => ({ bucket: state.bucket, prefix: state.prefix, readOnly: !state.session || state.session.read_only }),
+  maxUploadBytes: () => (state.session ? state.session.max_upload_bytes : Infinity),
   done: (bucket, prefix) => {
     if (state.bucket === bucket && state.prefix === prefix) refreshObjects();
   },

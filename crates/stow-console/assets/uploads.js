@@ -1,11 +1,15 @@
 // Uploads: by the file picker and by drag and drop, one progress bar and
 // one Cancel per file. Files up to one part go as one PUT; larger ones as
 // a multipart upload (8 MiB parts, a few at a time), aborted on cancel.
+// The server's request-body limit (`--max-request-bytes`) bounds both: a
+// smaller limit means smaller parts, down to S3's 5 MiB minimum.
 
 import { api, upload, uploadPart, abortOnExit, ApiError } from "./api.js";
 
 /** Size of a multipart part (and the size above which a file goes multipart). */
 export const PART_BYTES = 8 * 1024 * 1024;
+/** S3's smallest part (all but the last). */
+const MIN_PART_BYTES = 5 * 1024 * 1024;
 const MAX_PARTS = 10000;
 const PARALLEL_PARTS = 3;
 
@@ -21,9 +25,19 @@ function cancelledError() {
   return new ApiError(0, "cancelled", "the upload was cancelled");
 }
 
-/** The part size for a file: 8 MiB, or more so that it fits 10,000 parts. */
-function partSize(size) {
-  return Math.max(PART_BYTES, Math.ceil(size / MAX_PARTS));
+/**
+ * The part size for a file: 8 MiB, or more so that it fits 10,000 parts,
+ * but no more than the server takes in one request (`limit`); null when
+ * no part size fits both.
+ */
+export function partSize(size, limit) {
+  const wanted = Math.max(PART_BYTES, Math.ceil(size / MAX_PARTS));
+  const part = Math.min(wanted, limit);
+  return part >= MIN_PART_BYTES && part * MAX_PARTS >= size ? part : null;
+}
+
+function tooLargeError(size, limit) {
+  return new ApiError(413, "too_large", `the file (${size} bytes) cannot be sent in parts of at most ${limit} bytes`);
 }
 
 /**
@@ -54,7 +68,8 @@ export function multipartUpload(bucket, key, file, onProgress) {
       entry = { bucket, key, upload: uploadId };
       inProgress.add(entry);
       if (stopped) throw cancelledError();
-      const size = partSize(file.size);
+      const size = partSize(file.size, created.max_part_bytes);
+      if (size === null) throw tooLargeError(file.size, created.max_part_bytes);
       const count = Math.max(1, Math.ceil(file.size / size));
       const parts = [];
       let next = 1;
@@ -138,7 +153,7 @@ export function mountUploads(ctx) {
         finish(item, "cancelled");
         continue;
       }
-      const multipart = item.file.size > PART_BYTES;
+      const multipart = item.file.size > Math.min(PART_BYTES, ctx.maxUploadBytes());
       item.note.textContent = multipart ? "uploading in parts" : "uploading";
       const progress = (fraction) => {
         item.bar.value = fraction;

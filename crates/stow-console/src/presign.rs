@@ -33,6 +33,16 @@ pub struct PresignRequest<'a> {
     pub now: SystemTime,
 }
 
+/// Whether a link to `key` reaches it: a browser (and most HTTP clients)
+/// removes `.` and `..` path segments before it sends the request, so a
+/// key with one would be asked for under another path and the signature
+/// would not match. (Encoding the dots would not help: `%2E` segments are
+/// removed too. A `%` in a key is sent as `%25`, so `%2E` in a key is no
+/// dot.)
+pub fn survives_browsers(key: &str) -> bool {
+    !key.split('/').any(|seg| seg == "." || seg == "..")
+}
+
 /// The presigned URL for `req`: `GET <endpoint>/<bucket>/<key>?X-Amz-…`,
 /// with only `host` signed and the payload unsigned.
 pub fn presigned_get(req: &PresignRequest<'_>) -> String {
@@ -157,6 +167,23 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_with_dot_segments_do_not_survive_browsers() {
+        for key in [
+            "a.txt",
+            "dir/.hidden",
+            "dir/..x",
+            "...",
+            "a//b",
+            "d/%2E%2e/e",
+        ] {
+            assert!(survives_browsers(key), "{key}");
+        }
+        for key in [".", "..", "x/../y", "d/./e", "a/.."] {
+            assert!(!survives_browsers(key), "{key}");
+        }
+    }
 
     #[test]
     fn matches_the_aws_presigned_get_example() {

@@ -255,6 +255,13 @@ async fn versions(
 async fn share(state: &State, body: serde_json::Value) -> Result<serde_json::Value, ConsoleError> {
     let bucket = string_field(&body, "bucket")?;
     let key = string_field(&body, "key")?;
+    if !presign::survives_browsers(&key) {
+        return Err(ConsoleError::BadRequest(
+            "a key with a \".\" or \"..\" path segment cannot be shared as a link: \
+             browsers rewrite such paths before they send them"
+                .into(),
+        ));
+    }
     let expires = body
         .get("expires")
         .and_then(|e| e.as_u64())
