@@ -23,9 +23,10 @@ Engines (their load and checks are tests/soak's, see there):
   serve    `workspace serve` under the s3 engine's load (files of the
            served tree and its private store), with captures of the
            served tree; registry and workspace on the mount
-  transfer import, apply, push, pull and export killed at once, the
-           registries, archives and deltas on the mount (the remote's
-           data off it)
+  transfer import, apply, push, pull, export and restore killed at
+           once (the restore spared half the time), the registries,
+           archives, deltas and restored roots on the mount (the
+           remote's data off it)
   mcp      `stow-s3 mcp` (object profile) keyed and guarded saves through
            the official SDK, the store on the mount
 
@@ -255,9 +256,9 @@ class PowerServe(ServeEngine):
 
 
 class PowerTransfer(TransferEngine):
-    """engine transfer (import, apply, push, pull, export, all killed at
-    once) with the three registries, the workspace, the archives and the
-    deltas on the mount; the remote service's data is elsewhere (another
+    """engine transfer (import, apply, push, pull, export and restore,
+    killed at once) with the three registries, the workspace, the archives,
+    the deltas and the restored roots on the mount; the remote service's data is elsewhere (another
     machine's disk). The power is cut once the transfers have ended,
     before anything is judged."""
 

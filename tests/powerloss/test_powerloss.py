@@ -39,3 +39,16 @@ def test_a_missing_fsync_is_found(tmp_path):
         powerloss.run_engine("s3", 40, 2, workdir=tmp_path / "fault", fault="store-skip-stage-dir-fsync",
                              log=print)
     assert "missing" in str(found.value) or "lost" in str(found.value), found.value
+
+
+@pytest.mark.skipif(WHY is not None, reason=f"power-loss harness unavailable: {WHY}")
+def test_a_missing_restore_flush_is_found(tmp_path):
+    """workspace-skip-restore-syncfs leaves out the flush of a restored
+    tree before the registry records it: after the cut the recorded
+    workspace's files can be empty or gone, and the transfer engine's
+    restore check must say so (seed 417072877 spares the first cycle's
+    restore and drops everything unsynced: found at the first cut)."""
+    with pytest.raises(SoakFailure) as found:
+        powerloss.run_engine("transfer", 6, 417072877, workdir=tmp_path / "fault",
+                             fault="workspace-skip-restore-syncfs", log=print)
+    assert "recorded restore does not hold" in str(found.value), found.value

@@ -2,17 +2,21 @@
 killed with SIGKILL at a random moment — `workspace import` of an archive
 (registry B), `apply` of a delta onto its base (B), `push` to a remote (a
 second `stow-s3 serve`, never killed) and `pull` of the previous checkpoint
-from it (registry C), and a second `export` (A). Then: each target holds the
+from it (registry C), a second `export` (A), and a `restore` of the
+previous checkpoint into a new root (A). Then: each target holds the
 whole checkpoint or none of it (it restores to exactly the files captured);
 the remote holds a checkpoint's manifest only with every blob it names; an
 acknowledged transfer is there; a retry of a killed one succeeds; gc leaves
 nothing staged and every registry verifies; a killed export leaves no
-partial archive (the archive, if there, is byte-identical to the first)."""
+partial archive (the archive, if there, is byte-identical to the first); a
+restored workspace the registry records (acknowledged or not) holds
+exactly the checkpoint's files."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import time
 
 import boto3
@@ -126,15 +130,21 @@ class TransferEngine:
                      self.regs["C"], "--timeout", "60s"],
             "export": ["workspace", "export", "--checkpoint-id", cp, "--output", second, "--registry-dir",
                        self.regs["A"]],
+            "restore": ["workspace", "restore", "--checkpoint-id", prev, "--root", self.dir / f"restored-{n}",
+                        "--registry-dir", self.regs["A"]],
         }
         order = list(jobs)
         rng.shuffle(order)
         procs = {}
         for name in order:
             procs[name] = Cli(self.bin, *jobs[name], env=self.env, tag=name)
+        # Half the restores run to the end: the power cut then follows an
+        # acknowledged restore (one killed says little about durability).
+        spared = {"restore"} if rng.random() < 0.5 else set()
         time.sleep(kill_delay(rng, 0.08))
-        for p in procs.values():
-            p.kill()
+        for name, p in procs.items():
+            if name not in spared:
+                p.kill()
         for p in procs.values():
             p.finish(120)
         self.after_kill(rng)
@@ -156,6 +166,7 @@ class TransferEngine:
         self.check_push(procs["push"], jobs["push"], cp)
         self.check_pull(procs["pull"], jobs["pull"], prev, before["C"], manifests["C"])
         self.check_export(procs["export"], archive, second)
+        self.check_restore(procs["restore"], self.dir / f"restored-{n}", prev)
         for reg in self.regs.values():  # the retries left nothing half-done either
             gc(ctx, self.bin, reg)
             verify_registry(ctx, self.bin, reg, self.blobs)
@@ -205,6 +216,29 @@ class TransferEngine:
                       found=f"rc={rc} {doc} {err[-600:]}")
             self.restores_to(reg, doc["checkpoint_id"], self.trees[cp], "apply retry")
             ctx.stats["apply_retries_ok"] += 1
+
+    def check_restore(self, p, root, cp):
+        """A workspace the registry records at `root` holds exactly the
+        checkpoint's files (the registry names it only once the tree is
+        on disk); an acknowledged restore is recorded. Then it is destroyed
+        (a killed one's half-made root removed)."""
+        ctx, reg = self.ctx, self.regs["A"]
+        listed = self.ok("list", "--registry-dir", reg)["results"]
+        mine = [w for w in listed if pathlib.Path(w["dir"]) == root]
+        if p.acked:
+            ctx.check(len(mine) == 1 and mine[0]["id"] == p.doc["workspace_id"],
+                      "an acknowledged restore is not in the registry", key=str(root), expected="recorded",
+                      found=[w["dir"] for w in listed])
+        for w in mine:
+            got = tree_of(root)
+            if got != self.trees[cp]:
+                ctx.stats["failures"] += 1
+                ctx.fail("a recorded restore does not hold the checkpoint's files (torn or partial)",
+                         key=f"{root.name}:{cp}", expected=f"{len(self.trees[cp])} files",
+                         found=diff_trees(self.trees[cp], got))
+            self.ok("destroy", "--id", w["id"], "--registry-dir", reg)
+        ctx.stats["restore_recorded" if mine else "restore_not_recorded"] += 1
+        shutil.rmtree(root, ignore_errors=True)
 
     def remote_objects(self):
         out, token = {}, None

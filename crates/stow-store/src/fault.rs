@@ -18,7 +18,8 @@
 //! (an fsync) when [`VAR`] names it, so the power-loss harness
 //! (`tools/powerloss`, `tests/powerloss`) can show that it notices the
 //! step missing. The store's is `store-skip-stage-dir-fsync` (the fsync of
-//! `tmp/` after a large body is staged there).
+//! `tmp/` after a large body is staged there); the checkpoint engine's is
+//! `workspace-skip-restore-syncfs` (the flush of a restored tree).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
