@@ -630,6 +630,14 @@ def test_a_request_key_is_bounded(stow_bin, workdir, env):
     cp = ok(stow_bin, "checkpoint", env=env, cwd=repo)["checkpoint_id"]
     refused(stow_bin, "rewind", "--to", cp, "--request-key", "", code="invalid_request", env=env, cwd=repo)
     refused(stow_bin, "rewind", "--to", cp, "--request-key", "k" * 257, code="invalid_request", env=env, cwd=repo)
+    # As a keyed checkpoint's: a key with surrounding whitespace is refused.
+    for key in (" padded ", "tab\t"):
+        message = refused(stow_bin, "rewind", "--to", cp, "--request-key", key, code="invalid_request", env=env,
+                          cwd=repo)
+        assert "whitespace" in message, message
+        # A keyed checkpoint answers its envelope (its message on stderr).
+        rc, doc, err = run(stow_bin, "checkpoint", "--timeout", "30s", "--request-key", key, env=env, cwd=repo)
+        assert rc == 1 and doc["error"]["code"] == "invalid_request" and "whitespace" in err, (doc, err)
 
 
 def test_a_dry_run_counts_what_the_rewind_then_does(stow_bin, workdir, env):

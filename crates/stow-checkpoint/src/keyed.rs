@@ -225,18 +225,33 @@ fn committed(m: &CheckpointManifest, replayed: bool) -> KeyedEnvelope {
 /// Runs a keyed capture or resolution. Never returns `Err`: every failure
 /// is an envelope with a code, a phase and an outcome.
 ///
+/// Longest request key, in bytes (a keyed capture's and a rewind's).
+pub const MAX_REQUEST_KEY_BYTES: usize = 256;
+
+/// A caller's request key: 1 to [`MAX_REQUEST_KEY_BYTES`] bytes, without
+/// surrounding whitespace (a key copied with a stray space would silently
+/// be another key).
+pub fn check_request_key(key: &str) -> crate::error::Result<()> {
+    if key.is_empty() || key.len() > MAX_REQUEST_KEY_BYTES || key.trim() != key {
+        return Err(WsError::InvalidRequest(format!(
+            "a request key is 1 to {MAX_REQUEST_KEY_BYTES} bytes without surrounding whitespace"
+        )));
+    }
+    Ok(())
+}
+
 /// Long because a keyed request's steps (validate, look up the receipt,
 /// replay, lock, capture with the receipt) and the phase each failure
 /// reports belong in one reading order.
 pub fn keyed_capture(registry: &Registry, req: &KeyedRequest) -> KeyedEnvelope {
     let started = Instant::now();
     let key = req.request_key;
-    if key.is_empty() || key.len() > 256 || key.trim() != key {
+    if let Err(e) = check_request_key(key) {
         return fail(
             "invalid_request",
             "validate",
             Outcome::NotCommitted,
-            "request key must be 1-256 characters without surrounding whitespace".into(),
+            e.to_string(),
         );
     }
     if req.timeout.is_zero() {

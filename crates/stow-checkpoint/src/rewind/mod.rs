@@ -51,9 +51,6 @@ use sha2::{Digest, Sha256};
 /// 100,000 files), so a small rewind of a large tree skips it.
 const CHECK_BY_HASH_BYTES: u64 = 16 << 20;
 
-/// Longest request key of a rewind.
-pub const MAX_REQUEST_KEY_BYTES: usize = 256;
-
 /// One rewind, as every caller states it.
 #[derive(Default)]
 pub struct RewindRequest<'a> {
@@ -234,11 +231,7 @@ fn check_request(req: &RewindRequest) -> Result<Vec<String>> {
     }
     let scope = check_scope(&req.paths)?;
     if let Some(k) = req.request_key {
-        if k.is_empty() || k.len() > MAX_REQUEST_KEY_BYTES {
-            return Err(WsError::InvalidRequest(format!(
-                "a request key is 1 to {MAX_REQUEST_KEY_BYTES} bytes"
-            )));
-        }
+        crate::keyed::check_request_key(k)?;
     }
     Ok(scope)
 }
