@@ -141,6 +141,35 @@ def test_status_list_rewind_undo_and_replay_through_the_sdk(stow_bin, workdir, e
     arun(after_restart())
 
 
+def test_status_lists_files_and_links_in_path_order_and_refuses_a_stale_cursor(stow_bin, workdir, env):
+    """stow_workspace_status merges file and link changes in path order
+    (links are not listed after every file), and a cursor taken before the
+    tree changed is refused, never a page that skips or repeats."""
+    import os
+
+    repo = make_repo(workdir / "repo", env)
+    ws_id = ok(stow_bin, "attach", env=env, cwd=repo)["workspace_id"]
+
+    async def go():
+        async with root_session(stow_bin, repo, "legacy", env) as s:
+            assert (await s.create(ws_id, "k-order"))["outcome"] == "committed"
+            (repo / "zz.txt").write_text("last by name\n")
+            os.symlink("README.md", repo / "aa-link")
+            (repo / "mm.txt").write_text("middle\n")
+            st = await s.call("stow_workspace_status", {"workspace_id": ws_id})
+            paths = [e["change"]["path"] if e["kind"] == "change" else e["link_change"]["path"]
+                     for e in st["entries"]]
+            assert paths == ["aa-link", "mm.txt", "zz.txt"], st["entries"]
+            first = await s.call("stow_workspace_status", {"workspace_id": ws_id, "limit": 1})
+            assert first["next_cursor"]
+            (repo / "bb.txt").write_text("new since the first page\n")
+            stale = await s.call("stow_workspace_status",
+                                 {"workspace_id": ws_id, "cursor": first["next_cursor"]})
+            assert code(stale) == "invalid_request", stale
+
+    arun(go())
+
+
 def test_mcp_checkpoints_and_rewinds_while_workspace_serve_runs(stow_bin, workdir, env):
     """`workspace serve` owns the workspace's object store; the MCP
     server's portable captures and rewinds go through the serving process,

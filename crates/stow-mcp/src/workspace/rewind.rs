@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use stow_checkpoint::rewind::{rewind, RewindRequest, RewindResult};
 use stow_checkpoint::watch_service::{self, RewindCall, WatchReply};
 use stow_checkpoint::{self as checkpoint, LinkChange, WsError};
@@ -65,16 +66,50 @@ impl WorkspaceCore {
             Ok(s) => s,
             Err(e) => return WsEnvelope::from_error("ok", "lookup", &e),
         };
-        let nc = s.changes.len();
-        let key = format!("status:{}:{}", a.workspace_id, s.checkpoint_id);
-        let total = nc + s.links.len();
-        let mut env = self.page(&key, a.limit, a.cursor.as_deref(), total, |i| {
-            if i < nc {
-                change_entry(&s.changes[i].to_diff())
-            } else {
-                link_entry(&s.links[i - nc])
-            }
-        });
+        // File and link changes merged in path order (a file's before a
+        // link's at one path), as the description says and the CLI pages.
+        let mut order: Vec<(&str, u8, usize)> = s
+            .changes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.path.as_str(), 0, i))
+            .chain(
+                s.links
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (l.path.as_str(), 1, i)),
+            )
+            .collect();
+        order.sort_unstable();
+        // The cursor is bound to this very result: a tree that changed
+        // between pages makes it stale (refused), never a page that skips
+        // or repeats an entry.
+        let mut listed = Sha256::new();
+        for (path, rank, i) in &order {
+            let kind = match rank {
+                0 => serde_json::to_string(&s.changes[*i].to_diff()),
+                _ => serde_json::to_string(&s.links[*i]),
+            };
+            listed.update(path.as_bytes());
+            listed.update(kind.unwrap_or_default().as_bytes());
+        }
+        let key = format!(
+            "status:{}:{}:{}",
+            a.workspace_id,
+            s.checkpoint_id,
+            stow_store::hex(&listed.finalize())
+        );
+        let mut env = self.page(
+            &key,
+            a.limit,
+            a.cursor.as_deref(),
+            order.len(),
+            |n| match order.get(n) {
+                Some(&(_, 0, i)) => change_entry(&s.changes[i].to_diff()),
+                Some(&(_, _, i)) => link_entry(&s.links[i]),
+                None => Value::Null,
+            },
+        );
         env.checkpoint_id = Some(s.checkpoint_id);
         env
     }
