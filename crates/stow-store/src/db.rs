@@ -595,11 +595,27 @@ impl Drop for Leading<'_> {
     }
 }
 
+/// What a job is answered when its batch's transaction is gone: SQLite
+/// rolls a whole transaction back on some errors (a full disk, an I/O
+/// error, no memory), so an earlier job's failure can end it.
+fn transaction_lost() -> StoreError {
+    StoreError::Db(rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some("an earlier write of the batch failed and rolled the transaction back".into()),
+    ))
+}
+
 fn run_in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection, &mut Effects) -> Result<T>,
     effects: &mut Effects,
 ) -> Result<T> {
+    // Outside a transaction, `SAVEPOINT` would start one of its own and
+    // `RELEASE` commit it: this job alone, committed while the batch's
+    // `COMMIT` then fails and its caller is told it failed.
+    if conn.is_autocommit() {
+        return Err(transaction_lost());
+    }
     exec(conn, "SAVEPOINT job")?;
     match f(conn, effects) {
         Ok(v) => {
@@ -713,6 +729,39 @@ mod tests {
     fn db_reopen(dir: &Path) -> Db {
         let blobs = Arc::new(BlobStore::disk(dir).unwrap());
         Db::open(&dir.join("t.db"), blobs, 1 << 20).unwrap()
+    }
+
+    /// A job whose failure ends the batch's transaction (as SQLite does on
+    /// a full disk) fails the jobs after it: none commits on its own.
+    #[test]
+    fn a_job_that_loses_the_transaction_fails_the_rest_of_its_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = db(tmp.path());
+        let (started_tx, started) = mpsc::channel();
+        // Holds the commit thread, so the next two queue into one batch.
+        let holding = move |_: &Connection, _: &mut Effects| -> Result<i64> {
+            started_tx.send(()).unwrap();
+            thread::sleep(std::time::Duration::from_millis(300));
+            Ok(0)
+        };
+        let (tx, rx) = mpsc::channel();
+        let t0 = tx.clone();
+        db.submit(holding, move |r| t0.send(("holding", r.is_ok())).unwrap());
+        started.recv().unwrap();
+        let losing = |c: &Connection, _: &mut Effects| -> Result<i64> {
+            // What SQLite itself does on SQLITE_FULL or SQLITE_IOERR.
+            c.execute_batch("ROLLBACK")?;
+            Err(StoreError::Corrupt("simulated: the disk is full".into()))
+        };
+        let t1 = tx.clone();
+        db.submit(losing, move |r| t1.send(("losing", r.is_ok())).unwrap());
+        db.submit(insert(5), move |r| tx.send(("later", r.is_ok())).unwrap());
+        let answers: std::collections::HashMap<_, _> = rx.iter().collect();
+        assert_eq!(answers.len(), 3);
+        assert!(answers["holding"] && !answers["losing"] && !answers["later"]);
+        assert_eq!(count(&db), 0, "the later job committed on its own");
+        assert_eq!(db.write(insert(6)).unwrap(), 6);
+        assert_eq!(count(&db), 1);
     }
 
     /// A panicking job answers its batch with errors instead of leaving
