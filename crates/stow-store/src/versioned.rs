@@ -252,9 +252,16 @@ fn fetch(
         Pos::From(k) => merged(">=", k, limit),
         Pos::AfterKey(k) => merged(">", k, limit),
         Pos::InKey(k, seq) => {
+            // Both tables: the key's current version may be older than the
+            // marker too (its newer versions deleted since the last page
+            // promoted it).
             let mut st = conn.prepare_cached(
-                "SELECT key, seq, vid, marker, size, etag, modified_ns FROM versions
-                 WHERE bucket = ?1 AND key = ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4",
+                "SELECT key, seq, vid, 0, size, etag, modified_ns FROM objects
+                     WHERE bucket = ?1 AND key = ?2 AND seq < ?3
+                 UNION ALL
+                 SELECT key, seq, vid, marker, size, etag, modified_ns FROM versions
+                     WHERE bucket = ?1 AND key = ?2 AND seq < ?3
+                 ORDER BY 2 DESC LIMIT ?4",
             )?;
             let mut out: Vec<Row> = st
                 .query_map(params![b, k, seq, limit], row_of)?
@@ -310,8 +317,15 @@ fn list(
                 None if kb.as_slice() < prefix => Pos::From(prefix.to_vec()),
                 None => Pos::AfterKey(kb.clone()),
             };
-            (kb.clone(), pos, Some(kb))
+            (kb, pos, None)
         }
+    };
+    // Resuming inside a key: its first version listed here is the latest
+    // only if nothing newer is left (the marker's version, and all newer
+    // ones, deleted since the last page).
+    let resumed_newest = match &pos {
+        Pos::InKey(k, _) => Some((k.clone(), newest_seq(conn, b, k)?)),
+        _ => None,
     };
     let full = |p: &VersionPage| p.versions.len() + p.common_prefixes.len() >= q.max_keys;
     'scan: loop {
@@ -352,7 +366,10 @@ fn list(
                 page.is_truncated = true;
                 break 'scan;
             }
-            let is_latest = last_key.as_deref() != Some(row.key.as_slice());
+            let is_latest = last_key.as_deref() != Some(row.key.as_slice())
+                && resumed_newest
+                    .as_ref()
+                    .is_none_or(|(k, newest)| *k != row.key || *newest == Some(row.seq));
             page.versions.push(VersionEntry {
                 key: utf8(row.key.clone())?,
                 version_id: versions::spelled(row.vid.as_deref()),
@@ -382,6 +399,17 @@ fn list(
         }
     }
     Ok(page)
+}
+
+/// The seq of `key`'s newest version or delete marker, if any.
+fn newest_seq(conn: &Connection, b: i64, key: &[u8]) -> Result<Option<i64>> {
+    let mut st = conn.prepare_cached(
+        "SELECT max(seq) FROM (
+             SELECT seq FROM objects WHERE bucket = ?1 AND key = ?2
+             UNION ALL
+             SELECT seq FROM versions WHERE bucket = ?1 AND key = ?2)",
+    )?;
+    Ok(st.query_row(params![b, key], |r| r.get(0))?)
 }
 
 fn utf8(key: Vec<u8>) -> Result<String> {

@@ -480,6 +480,32 @@ fn listing_pages_and_prefixes(make: Make) {
     };
     let page = s.list_object_versions("vbk", &q).unwrap();
     assert_eq!(page.versions[0].version_id, a2[2].version_id);
+    // The key's latest version deleted between two pages: the one before
+    // it, current now, is still listed after the marker.
+    let ids: Vec<String> = (0..3u8)
+        .map(|i| put(s, "vbk", "z", &[i]).version_id.unwrap())
+        .collect();
+    let q = VersionQuery {
+        prefix: "z".into(),
+        max_keys: 1,
+        ..Default::default()
+    };
+    let first = s.list_object_versions("vbk", &q).unwrap();
+    assert_eq!(first.versions[0].version_id, ids[2]);
+    s.delete_object_version("vbk", "z", Some(&ids[2])).unwrap();
+    let q = VersionQuery {
+        key_marker: first.next_key_marker,
+        version_id_marker: first.next_version_id_marker,
+        ..q
+    };
+    let rest = s.list_object_versions("vbk", &VersionQuery { max_keys: 10, ..q });
+    let rest: Vec<(String, bool)> = rest
+        .unwrap()
+        .versions
+        .into_iter()
+        .map(|v| (v.version_id, v.is_latest))
+        .collect();
+    assert_eq!(rest, [(ids[1].clone(), true), (ids[0].clone(), false)]);
     // A version marker without a key marker is refused.
     let q = VersionQuery {
         version_id_marker: Some("null".into()),
