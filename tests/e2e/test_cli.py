@@ -28,3 +28,20 @@ def test_usage_error_exits_2(stow_bin):
     out = run(stow_bin, "receipts", "frobnicate")
     assert out.returncode == 2
     assert out.stdout == ""
+
+
+def test_logs_to_a_file_are_plain_text(stow_bin, workdir):
+    """Logs go to stderr; captured (not a terminal) they carry no colour
+    escapes, so a log file or an MCP host's captured stderr reads plainly."""
+    import os
+
+    (workdir / "src").mkdir()
+    (workdir / "src" / "a.txt").write_text("a\n")
+    task = workdir / "task.json"
+    task.write_text(json.dumps({"version": 1, "root": str(workdir / "w"), "registry_dir": str(workdir / "reg"),
+                                "inputs": [{"source": str(workdir / "src"), "destination": "."}]}))
+    out = subprocess.run([stow_bin, "workspace", "prepare", "--manifest", str(task)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "STOW_LOG": "debug"})
+    assert out.returncode == 0 and json.loads(out.stdout)["seeded_objects"] == 1
+    assert "DEBUG" in out.stderr or "INFO" in out.stderr, out.stderr
+    assert "\x1b[" not in out.stderr, out.stderr[:300]

@@ -192,6 +192,9 @@ fn main() -> ExitCode {
         // A failed log write is dropped: reporting it would `eprintln!`,
         // which panics when stderr itself is full.
         .log_internal_errors(false)
+        // Colours only for a person at a terminal: a log file or an MCP
+        // host's captured stderr gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STOW_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

@@ -202,7 +202,7 @@ pub(crate) fn parse(line: &[u8]) -> Parsed {
                 .ok()
                 .and_then(|v| v.get("id").cloned())
                 .and_then(|id| serde_json::from_value::<RequestId>(id).ok());
-            tracing::debug!("ignoring or refusing an unparsable message: {e}");
+            tracing::warn!("ignoring or refusing an unparsable message: {e}");
             id.map_or(Parsed::Skip, Parsed::Invalid)
         }
     }
