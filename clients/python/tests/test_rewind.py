@@ -146,7 +146,7 @@ def test_a_concurrent_write_is_kept_and_reported(attached: tuple[Path, Path, str
     err = changed.value
     assert (err.code, err.returncode) == ("workspace_changed", 1)
     doc = err.envelope
-    assert doc is not None and "error" not in doc
+    assert doc is not None and doc["error"]["code"] == "workspace_changed" and "rewind" in doc["error"]["message"]
     assert [c["path"] for c in doc["conflicts"]] == ["src/main.py"] and doc["conflicts"][0]["reason"]
     assert doc["undo_checkpoint_id"].startswith("cp_") and doc["checkpoint_id"] == cp
     assert (doc["written"], doc["deleted"]) == (2, 1)

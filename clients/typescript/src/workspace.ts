@@ -243,9 +243,19 @@ export async function checkpointWorkspace(...call: unknown[]): Promise<Workspace
   );
 }
 
-export interface ResolveCheckpointOptions extends RegistryOptions {
+/**
+ * A keyed capture is resolved with the options it was made with (the key
+ * is bound to them: others are `request_conflict`).
+ */
+export interface ResolveCheckpointOptions extends RegistryOptions, BoundOptions {
   /** The CLI requires one with `--resolve` (default `"30s"`; a number is seconds). */
   timeout?: string | number;
+  message?: string;
+  parent?: string;
+  includeSensitive?: boolean;
+  /** The capture was portable (`checkpointWorkspace(…, {portable: true})`, or an MCP checkpoint). */
+  portable?: boolean;
+  noIgnore?: boolean;
 }
 
 /**
@@ -262,7 +272,16 @@ export async function resolveCheckpoint(...call: unknown[]): Promise<WorkspaceJS
   return runWorkspaceCommand(
     argv(
       ["checkpoint", "--id", values.id!, "--request-key", values.requestKey!, "--resolve"],
-      [["--timeout", duration(options.timeout ?? "30s")], ...registry(options)],
+      [
+        ["--message", options.message],
+        ["--parent", options.parent],
+        ...bounds(options),
+        ["--include-sensitive", options.includeSensitive],
+        ["--portable", options.portable],
+        ["--no-ignore", options.noIgnore],
+        ["--timeout", duration(options.timeout ?? "30s")],
+        ...registry(options),
+      ],
     ),
     options,
   );

@@ -158,7 +158,9 @@ test("a concurrent write is kept and reported (workspace_changed, with the resul
   writeFileSync(join(root, "src", "main.ts"), "export const meanwhile = 1;\n");
   const err = await refusal(pending, "workspace_changed");
   const doc = err.document;
-  assert.equal(doc.error, undefined);
+  // The result is the document, and it says why it is a refusal.
+  assert.equal(doc.error.code, "workspace_changed");
+  assert.match(doc.error.message, /rewind/);
   assert.deepEqual(doc.conflicts.map((c) => c.path), ["src/main.ts"]);
   assert.ok(doc.conflicts[0].reason);
   assert.equal(doc.checkpoint_id, cp);

@@ -184,6 +184,12 @@ test("workspace scenario (§14)", async (t) => {
   const unknownKey = await refused(w.resolveCheckpoint(ws, "never-used", A), "not_found");
   assert.equal(unknownKey.document.version, 1, "the keyed envelope is kept on the error");
   assert.equal(unknownKey.document.result.outcome, "unknown");
+  // A portable keyed capture is resolved with portable too (the key is bound to it).
+  const portable = await w.checkpointWorkspace(ws, { ...A, requestKey: "task-1/p", timeout: "30s", portable: true });
+  assert.equal(portable.result.outcome, "committed");
+  const again = await w.resolveCheckpoint({ ...A, id: ws, requestKey: "task-1/p", portable: true });
+  assert.equal(again.result.checkpoint.id, portable.result.checkpoint.id);
+  await refused(w.resolveCheckpoint(ws, "task-1/p", A), "request_conflict");
 
   // policy, gc, list
   const pol = await w.workspacePolicySet({ ...A, maxWorkspaces: 10 });

@@ -22,11 +22,11 @@ class WorkspaceCommandError(RuntimeError):
 
     ``command`` is the argv run, ``returncode`` its exit status, ``stderr`` its
     diagnostics; ``code``/``message`` come from the CLI's ``{"error": {...}}``
-    document when it printed one (``None`` otherwise). A keyed checkpoint's
-    envelope (``{"version", "result", "error"}``) is kept in ``envelope``; so is a
-    result document the CLI printed with a failing exit and no ``error`` in it (a
-    rewind that left concurrently changed paths alone), whose ``code`` is then the
-    one stderr ends with (``workspace_changed``).
+    document when it printed one (``None`` otherwise). A document with more than
+    the error is kept in ``envelope``: a keyed checkpoint's envelope (``{"version",
+    "result", "error"}``), or a rewind's result that left concurrently changed paths
+    alone (its ``error`` is ``workspace_changed``). A result printed with a failing
+    exit and no ``error`` in it is kept too, its ``code`` the one stderr ends with.
     """
 
     def __init__(
@@ -62,7 +62,9 @@ def _decode_error(stdout: str) -> tuple[str | None, str | None, WorkspaceJSON | 
         return None, None, None
     code = err.get("code") if isinstance(err.get("code"), str) else None
     message = err.get("message") if isinstance(err.get("message"), str) else None
-    envelope = doc if "result" in doc else None
+    # More than the error: a keyed checkpoint's envelope, or a result that
+    # is also a refusal (a rewind with conflicts).
+    envelope = doc if set(doc) != {"error"} else None
     return code, message, envelope
 
 
