@@ -834,37 +834,57 @@ def test_detach_finishes_an_interrupted_rewind_first(stow_bin, workdir, env, kee
     assert ok(stow_bin, "check", env=env, cwd=workdir).get("damaged", []) == []
 
 
+class Unprivileged:
+    """A scratch tree and registry for runs as an unprivileged user: uid
+    65534 when the test runs as root (whose writes ignore modes), else the
+    test's own user."""
+
+    def __init__(self, stow_bin, env):
+        self.as_root = os.geteuid() == 0
+        self.base = pathlib.Path(tempfile.mkdtemp(prefix="stow-ro-"))
+        (self.base / "home").mkdir()
+        self.repo = self.base / "repo"
+        self.repo.mkdir()
+        self.user = {"user": 65534, "group": 65534, "extra_groups": []} if self.as_root else {}
+        self.env = {**env, "HOME": str(self.base / "home"), "XDG_CONFIG_HOME": str(self.base / "xdg")}
+        self.bin = stow_bin
+
+    def give(self, path):
+        if self.as_root:
+            for p in [path, *path.rglob("*")]:
+                os.lchown(p, 65534, 65534)
+
+    def stow(self, *args):
+        out = subprocess.run([self.bin, "workspace", *args], cwd=self.repo, env=self.env, capture_output=True,
+                             text=True, timeout=120, **self.user)
+        return out.returncode, json.loads(out.stdout), out.stderr
+
+    def popen(self, *args, env=None):
+        return subprocess.Popen([self.bin, "workspace", *args], cwd=self.repo, env={**self.env, **(env or {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **self.user)
+
+    def cleanup(self):
+        for p in [self.base, *self.base.rglob("*")]:
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
 def test_a_read_only_directory_is_rewound_inside_and_keeps_its_mode(stow_bin, workdir, env):
     """Directories whose mode keeps their owner from writing (0555) are
-    opened up before the steps inside them and given the checkpoint's mode
-    after. Run as an unprivileged user (uid 65534 when the test runs as
-    root, whose writes ignore modes)."""
-    as_root = os.geteuid() == 0
-    base = pathlib.Path(tempfile.mkdtemp(prefix="stow-ro-"))
+    opened up before the steps inside them and closed again after: to the
+    checkpoint's mode, or (outside --paths) to their own."""
+    u = Unprivileged(stow_bin, env)
+    repo = u.repo
     try:
-        user = {"user": 65534, "group": 65534} if as_root else {}
-        home = base / "home"
-        home.mkdir()
-        uenv = {**env, "HOME": str(home), "XDG_CONFIG_HOME": str(base / "xdg")}
-        repo = base / "repo"
-        (repo / "ro").mkdir(parents=True)
+        (repo / "ro").mkdir()
         (repo / "rw").mkdir()
         (repo / "ro" / "f").write_text("v1")
         (repo / "rw" / "g").write_text("v1")
-
-        def give(path):
-            if as_root:
-                for p in [path, *path.rglob("*")]:
-                    os.lchown(p, 65534, 65534)
-
-        def stow(*args):
-            out = subprocess.run([stow_bin, "workspace", *args], cwd=repo, env=uenv, capture_output=True, text=True, timeout=120, **user)
-            return out.returncode, json.loads(out.stdout), out.stderr
-
         os.chmod(repo / "ro", 0o555)
-        give(base)
-        assert stow("attach")[0] == 0
-        rc, doc, err = stow("checkpoint")
+        u.give(u.base)
+        assert u.stow("attach")[0] == 0
+        rc, doc, err = u.stow("checkpoint")
         assert rc == 0, err
         cp = doc["checkpoint_id"]
         # The agent's edits: ro/ stays read-only, rw/ becomes read-only.
@@ -872,19 +892,63 @@ def test_a_read_only_directory_is_rewound_inside_and_keeps_its_mode(stow_bin, wo
         (repo / "ro" / "f").write_text("v2")
         (repo / "ro" / "h").write_text("new")
         (repo / "rw" / "g").write_text("v2")
-        give(repo)
+        u.give(repo)
         os.chmod(repo / "ro", 0o555)
         os.chmod(repo / "rw", 0o555)
-        rc, doc, err = stow("rewind", "--to", cp)
+        rc, doc, err = u.stow("rewind", "--to", cp)
         assert rc == 0 and doc["conflicts"] == [], (doc, err)
         assert (repo / "ro" / "f").read_text() == "v1" and not (repo / "ro" / "h").exists()
         assert (repo / "rw" / "g").read_text() == "v1"
         assert stat.S_IMODE(os.stat(repo / "ro").st_mode) == 0o555
         assert stat.S_IMODE(os.stat(repo / "rw").st_mode) == 0o755
-        rc, doc, err = stow("status")
+        rc, doc, err = u.stow("status")
         assert rc == 0 and doc["clean"] is True, (doc, err)
+        # A read-only directory the checkpoint does not hold, rewound
+        # inside by --paths: it keeps its own mode.
+        (repo / "late").mkdir()
+        (repo / "late" / "x").write_text("x")
+        u.give(repo / "late")
+        os.chmod(repo / "late", 0o555)
+        rc, doc, err = u.stow("rewind", "--to", cp, "--paths", "late/x")
+        assert rc == 0 and doc["deleted"] == 1, (doc, err)
+        assert not (repo / "late" / "x").exists()
+        assert stat.S_IMODE(os.stat(repo / "late").st_mode) == 0o555
     finally:
-        for p in [base, *base.rglob("*")]:
-            if p.is_dir() and not p.is_symlink():
-                os.chmod(p, 0o755)
-        shutil.rmtree(base, ignore_errors=True)
+        u.cleanup()
+
+
+def test_a_write_into_a_read_only_directory_during_a_rewind_goes_back_to_its_path(stow_bin, workdir, env):
+    """A writer holding ro/f open writes after the rewind replaced it: the
+    written file goes back to its path (the directory is still open then),
+    not to .stow/kept, and the directory is closed again after."""
+    u = Unprivileged(stow_bin, env)
+    repo = u.repo
+    try:
+        (repo / "ro").mkdir()
+        (repo / "ro" / "f").write_text("v1\n")
+        os.chmod(repo / "ro", 0o555)
+        u.give(u.base)
+        assert u.stow("attach")[0] == 0
+        cp = u.stow("checkpoint")[1]["checkpoint_id"]
+        os.chmod(repo / "ro", 0o755)
+        (repo / "ro" / "f").write_text("v2 agent\n")
+        u.give(repo)
+        os.chmod(repo / "ro", 0o555)
+        ino = os.stat(repo / "ro" / "f").st_ino
+        writer = open(repo / "ro" / "f", "a")
+        proc = u.popen("rewind", "--to", cp, env={"STOW_TEST_FAULT": "rewind.step@1500"})
+        deadline = time.monotonic() + 60
+        while os.stat(repo / "ro" / "f").st_ino == ino:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        writer.write("IMPORTANT\n")
+        writer.close()
+        out, err = proc.communicate(timeout=120)
+        doc = json.loads(out)
+        assert proc.returncode == 1 and [c["path"] for c in doc["conflicts"]] == ["ro/f"], (doc, err)
+        assert "put back" in doc["conflicts"][0]["reason"], doc
+        assert (repo / "ro" / "f").read_text() == "v2 agent\nIMPORTANT\n"
+        assert not (repo / ".stow" / "kept").exists()
+        assert stat.S_IMODE(os.stat(repo / "ro").st_mode) == 0o555
+    finally:
+        u.cleanup()

@@ -222,9 +222,6 @@ fn committed(m: &CheckpointManifest, replayed: bool) -> KeyedEnvelope {
     }
 }
 
-/// Runs a keyed capture or resolution. Never returns `Err`: every failure
-/// is an envelope with a code, a phase and an outcome.
-///
 /// Longest request key, in bytes (a keyed capture's and a rewind's).
 pub const MAX_REQUEST_KEY_BYTES: usize = 256;
 
@@ -240,6 +237,9 @@ pub fn check_request_key(key: &str) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// Runs a keyed capture or resolution. Never returns `Err`: every failure
+/// is an envelope with a code, a phase and an outcome.
+///
 /// Long because a keyed request's steps (validate, look up the receipt,
 /// replay, lock, capture with the receipt) and the phase each failure
 /// reports belong in one reading order.

@@ -262,13 +262,17 @@ pub fn detach(registry: &Registry, id: &str, keep_checkpoints: bool) -> Result<D
     // lock file).
     let held = HeldWorkspace::take(registry, id)?;
     let rec = registry.get(id)?;
+    // Again, held: a session or watch that started meanwhile.
+    if is_live(&rec.dir)? || stow_checkpoint::watch_service::is_watched(registry, id)? {
+        return Err(WsError::InUse(id.to_string()));
+    }
     // A rewind a kill interrupted: finished, so the tree is whole and the
     // files its stage holds (under `.stow`, removed below) are put back.
     held.finish_pending(registry, &rec)?;
     let kept = kept_root(&rec.dir);
     if fs::read_dir(&kept).is_ok_and(|mut d| d.next().is_some()) {
         return Err(WsError::Refused(format!(
-            "{} holds files written while a rewind replaced them; move them out of it, then detach",
+            "{} holds what rewinds kept (files written while a rewind replaced them): look through it and remove it, then detach",
             kept.display()
         )));
     }

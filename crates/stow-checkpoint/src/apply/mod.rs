@@ -106,11 +106,29 @@ pub(crate) fn run_journal(
     mut applier: Applier,
     owned: Option<&WorkspaceBucket>,
 ) -> Result<RewindResult> {
-    for (n, step) in j.steps.iter().enumerate() {
+    // The closing directory modes run after `finish`: a file a writer
+    // wrote meanwhile goes back into a read-only directory while it is
+    // still open.
+    let closing = j
+        .steps
+        .iter()
+        .rev()
+        .take_while(|s| matches!(s, plan::Step::DirMode { .. }))
+        .count();
+    let first_closing = j.steps.len() - closing;
+    for (n, step) in j.steps.iter().enumerate().take(first_closing) {
         applier.run(n, step);
         crate::fault::point("rewind.step");
     }
     applier.finish(&j.steps)?;
+    for (n, step) in j.steps.iter().enumerate().skip(first_closing) {
+        applier.run(n, step);
+        crate::fault::point("rewind.step");
+    }
+    applier.flush_dir_modes(&j.steps[first_closing..])?;
+    if let Some(e) = applier.stage_must_stay.take() {
+        return Err(e);
+    }
     let mut applied = applier.applied;
     if j.bucket {
         let rec = registry.get(&j.workspace_id)?;

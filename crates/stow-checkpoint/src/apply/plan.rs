@@ -355,7 +355,7 @@ pub(crate) fn build(
     // Deepest first: a directory is empty only once its children are gone.
     remove_dirs.sort_by_key(|s| std::cmp::Reverse(depth(s)));
     let changes = [removes, remove_dirs, make_dirs, installs].concat();
-    let opened = open_up(&before, &after, &changes, &mut dir_modes);
+    let opened = open_up(&before, &changes, &mut dir_modes);
     // Deepest first: a directory's own mode may forbid writing into it.
     // (Directories are made in path order: parents first.)
     dir_modes.sort_by_key(|s| std::cmp::Reverse(depth(s)));
@@ -371,11 +371,12 @@ const OWNER_RWX: u32 = 0o700;
 /// their owner from changing what is inside (a read-only `0555`
 /// directory): the returned steps, shallowest first, give the owner full
 /// access before any change below them runs, and `dir_modes` gains the
-/// step that sets each one's mode back (the target's) after all of them,
-/// where the target keeps the directory.
+/// step that closes each one again after all of them: to the target's
+/// mode where the plan sets that already, else to the mode it had (a
+/// directory outside `--paths`, or one the target does not hold that
+/// stays, holding what the capture rules leave out).
 fn open_up(
     before: &BTreeMap<String, Entry>,
-    after: &BTreeMap<String, Entry>,
     changes: &[Step],
     dir_modes: &mut Vec<Step>,
 ) -> Vec<Step> {
@@ -397,9 +398,8 @@ fn open_up(
         })
         .collect();
     opened.sort_by_key(|s| s.path().matches('/').count());
-    for path in closed.keys() {
-        let restored = dir_modes.iter().any(|s| s.path() == *path);
-        if let (false, Some(Entry::Dir { mode })) = (restored, after.get(*path)) {
+    for (path, mode) in &closed {
+        if !dir_modes.iter().any(|s| s.path() == *path) {
             dir_modes.push(Step::DirMode {
                 path: path.to_string(),
                 mode: *mode,
@@ -500,14 +500,20 @@ mod tests {
         let was = with_modes(
             manifest(
                 &[
+                    ("gone/x", "1", 0o644),
                     ("ro/f", "1", 0o644),
                     ("ro/sub/g", "1", 0o644),
                     ("rw/h", "1", 0o644),
                 ],
                 &[],
-                &["ro", "ro/sub", "rw", "quiet"],
+                &["gone", "ro", "ro/sub", "rw", "quiet"],
             ),
-            &[("ro", 0o555), ("ro/sub", 0o500), ("quiet", 0o555)],
+            &[
+                ("gone", 0o555),
+                ("ro", 0o555),
+                ("ro/sub", 0o500),
+                ("quiet", 0o555),
+            ],
         );
         let want = with_modes(
             manifest(
@@ -521,12 +527,17 @@ mod tests {
         assert_eq!(
             kinds(&plan),
             [
+                "dir_mode gone",
                 "dir_mode ro",
                 "dir_mode ro/sub",
+                "remove gone/x",
                 "remove ro/sub/g",
                 "remove_dir ro/sub",
+                "remove_dir gone",
                 "install ro/f",
                 "install rw/h",
+                "dir_mode ro/sub",
+                "dir_mode gone",
                 "dir_mode ro",
             ]
         );
@@ -538,9 +549,17 @@ mod tests {
                 _ => None,
             })
             .collect();
-        // Opened to the owner (group and other bits kept), then the
-        // target's mode back; `quiet` has no change inside: untouched.
-        assert_eq!(modes, [0o755, 0o700, 0o555]);
+        // Opened to the owner (group and other bits kept), then closed
+        // again to the mode each had (the target's, the same, for `ro`;
+        // `gone` and `ro/sub` keep theirs if they stay, holding what the
+        // capture rules leave out). `quiet` has no change inside: untouched.
+        assert_eq!(modes, [0o755, 0o755, 0o700, 0o500, 0o555, 0o555]);
+        // A `--paths` rewind inside it: the directory outside the scope
+        // gets its own mode back, not the target's.
+        let want_open = with_modes(want.clone(), &[("ro", 0o755)]);
+        let plan = build(&was, &want_open, &["ro/f".to_string()], &ALL);
+        assert_eq!(kinds(&plan), ["dir_mode ro", "install ro/f", "dir_mode ro"]);
+        assert!(matches!(plan.steps[2], Step::DirMode { mode: 0o555, .. }));
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub(crate) struct Applier<'a> {
     asides: Vec<Aside>,
     touched: BTreeSet<PathBuf>,
     pub(crate) applied: Applied,
+    /// A written file that could be kept neither at its path nor in
+    /// `.stow/kept` is still in the stage: the rewind must stop before the
+    /// stage goes (the next command finishing the journal tries again).
+    pub(crate) stage_must_stay: Option<WsError>,
 }
 
 /// What a step found in the way of a directory above its path.
@@ -105,6 +109,7 @@ impl<'a> Applier<'a> {
             asides: Vec::new(),
             touched: BTreeSet::new(),
             applied: Applied::default(),
+            stage_must_stay: None,
         })
     }
 
@@ -274,7 +279,18 @@ impl<'a> Applier<'a> {
         if !after.same_as(before) {
             let reason = match aside.rename_to(spot, libc::RENAME_NOREPLACE) {
                 Ok(()) => "written while the rewind replaced it; left as written".to_string(),
-                Err(_) => self.keep(&Self::aside_name(n))?,
+                Err(_) => match self.keep(&Self::aside_name(n)) {
+                    Ok(reason) => reason,
+                    Err(e) => {
+                        // Not this path's conflict alone: the stage holds
+                        // the bytes, so it must outlive this run.
+                        self.stage_must_stay.get_or_insert(e);
+                        format!(
+                            "written while the rewind replaced it; still at {}",
+                            aside.path().display()
+                        )
+                    }
+                },
             };
             self.conflict(rel, reason);
             return Ok(false);
@@ -488,6 +504,20 @@ impl<'a> Applier<'a> {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Flushes the modes the closing `DirMode` steps set (a chmod is the
+    /// directory's own metadata, not its parent's entry).
+    pub(crate) fn flush_dir_modes(&self, steps: &[Step]) -> Result<()> {
+        for step in steps {
+            if let Step::DirMode { path, .. } = step {
+                let dir = self.root.path().join(path);
+                if dir.is_dir() {
+                    fsync_dir(&dir)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn chmod_file(&mut self, rel: &str, spot: &Spot, was: &Entry, mode: u32) -> Result<()> {
