@@ -17,6 +17,7 @@ import {
   runRaw,
   runWorkspaceCommand,
   type BoundOptions,
+  type Flags,
   type CommandOptions,
   type RegistryOptions,
   type WorkspaceJSON,
@@ -31,6 +32,7 @@ export {
   decodeWorkspaceJSON,
   runWorkspaceCommand,
   type BoundOptions,
+  type Flags,
   type CommandOptions,
   type RegistryOptions,
   type WorkspaceJSON,
@@ -228,12 +230,7 @@ export async function checkpointWorkspace(...call: unknown[]): Promise<Workspace
       ["checkpoint"],
       [
         ["--id", values.id],
-        ["--message", options.message],
-        ["--parent", options.parent],
-        ...bounds(options),
-        ["--include-sensitive", options.includeSensitive],
-        ["--portable", options.portable],
-        ["--no-ignore", options.noIgnore],
+        ...captureFlags(options),
         ["--request-key", options.requestKey],
         ["--timeout", duration(options.timeout)],
         ...registry(options),
@@ -241,6 +238,18 @@ export async function checkpointWorkspace(...call: unknown[]): Promise<Workspace
     ),
     options,
   );
+}
+
+/** What a capture is made with: a keyed one's key is bound to them. */
+function captureFlags(options: ResolveCheckpointOptions): Flags {
+  return [
+    ["--message", options.message],
+    ["--parent", options.parent],
+    ...bounds(options),
+    ["--include-sensitive", options.includeSensitive],
+    ["--portable", options.portable],
+    ["--no-ignore", options.noIgnore],
+  ];
 }
 
 /**
@@ -273,12 +282,7 @@ export async function resolveCheckpoint(...call: unknown[]): Promise<WorkspaceJS
     argv(
       ["checkpoint", "--id", values.id!, "--request-key", values.requestKey!, "--resolve"],
       [
-        ["--message", options.message],
-        ["--parent", options.parent],
-        ...bounds(options),
-        ["--include-sensitive", options.includeSensitive],
-        ["--portable", options.portable],
-        ["--no-ignore", options.noIgnore],
+        ...captureFlags(options),
         ["--timeout", duration(options.timeout ?? "30s")],
         ...registry(options),
       ],
