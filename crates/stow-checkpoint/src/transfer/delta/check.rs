@@ -16,6 +16,17 @@ use crate::fsutil::hex;
 use crate::paths::check_checkpoint_path;
 use crate::Kind;
 
+/// A delta document of `len` bytes is one `apply` reads: `delta` refuses
+/// to write a larger one, which could never be applied.
+pub(super) fn check_document_size(len: u64) -> Result<()> {
+    if len > MAX_DOCUMENT_BYTES {
+        return Err(WsError::CapacityExceeded(format!(
+            "the delta document is {len} bytes, over the limit of {MAX_DOCUMENT_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
 /// Reads, checks and decodes a delta document.
 pub fn read_document(path: &Path, expect_sha256: Option<&str>) -> Result<DeltaDocument> {
     let meta = fs::metadata(path).map_err(|e| WsError::io_at("read delta", path, e))?;
@@ -25,12 +36,7 @@ pub fn read_document(path: &Path, expect_sha256: Option<&str>) -> Result<DeltaDo
             path.display()
         )));
     }
-    if meta.len() > MAX_DOCUMENT_BYTES {
-        return Err(WsError::CapacityExceeded(format!(
-            "the delta document is {} bytes, over the limit of {MAX_DOCUMENT_BYTES}",
-            meta.len()
-        )));
-    }
+    check_document_size(meta.len())?;
     let raw = fs::read(path).map_err(|e| WsError::io_at("read delta", path, e))?;
     if raw.len() as u64 > MAX_DOCUMENT_BYTES {
         return Err(WsError::CapacityExceeded(
@@ -220,6 +226,13 @@ pub(super) fn check_document(
 mod tests {
     use super::*;
     use crate::FileEntry;
+
+    #[test]
+    fn a_document_apply_would_refuse_is_too_large_to_write() {
+        assert!(check_document_size(MAX_DOCUMENT_BYTES).is_ok());
+        let e = check_document_size(MAX_DOCUMENT_BYTES + 1).unwrap_err();
+        assert_eq!(e.code(), "capacity_exceeded");
+    }
 
     fn entry(path: &str, bytes: &[u8]) -> FileEntry {
         FileEntry {

@@ -133,6 +133,8 @@ pub fn delta(
     };
     let raw = serde_json::to_vec(&doc)
         .map_err(|e| WsError::InvalidRequest(format!("encode delta: {e}")))?;
+    // Refused here, before anything is written, rather than by `apply`.
+    super::check::check_document_size(raw.len() as u64)?;
     write_new_file(&output, &raw, 0o600)?;
     Ok(DeltaResult {
         version: doc.version,
