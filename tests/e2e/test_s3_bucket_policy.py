@@ -300,3 +300,45 @@ def test_workspace_bucket_view_keeps_and_enforces_policies(stow_bin, workdir):
         s3.put_object(Bucket=bucket, Key="locked/x", Body=b"x")
     finally:
         assert server.stop() == 0
+
+
+def test_versions_and_copy_sources_are_judged_as_the_operation_reads_them(s3server, s3):
+    """Three ways a request could be judged as another than the one run:
+    a version read under the latest version's ACL, a `versionId` whose name
+    is percent-encoded (judged as s3:GetObject, run as a version read), and
+    a copy source whose key holds `?` (judged as the key before it)."""
+    import requests
+
+    anon = anonymous(s3server)
+    ep = s3server.endpoint
+    # 1. A private old version under a public-read latest one.
+    s3.create_bucket(Bucket="acl-versions")
+    s3.put_bucket_versioning(Bucket="acl-versions", VersioningConfiguration={"Status": "Enabled"})
+    old = s3.put_object(Bucket="acl-versions", Key="k", Body=b"private v1")["VersionId"]
+    s3.put_object(Bucket="acl-versions", Key="k", Body=b"public v2", ACL="public-read")
+    assert anon.get_object(Bucket="acl-versions", Key="k")["Body"].read() == b"public v2"
+    refused(lambda: anon.get_object(Bucket="acl-versions", Key="k", VersionId=old), "AccessDenied", 403)
+
+    # 2. Public GetObject only: no version read, however the name is spelled.
+    s3.create_bucket(Bucket="no-versions")
+    s3.put_bucket_versioning(Bucket="no-versions", VersioningConfiguration={"Status": "Enabled"})
+    old = s3.put_object(Bucket="no-versions", Key="k", Body=b"overwritten secret")["VersionId"]
+    s3.put_object(Bucket="no-versions", Key="k", Body=b"current")
+    s3.put_bucket_policy(Bucket="no-versions", Policy=policy(statement("s3:GetObject", arn("no-versions/*"))))
+    assert requests.get(f"{ep}/no-versions/k", timeout=10).content == b"current"
+    for name in ("versionId", "version%49d", "%76ersionId"):
+        r = requests.get(f"{ep}/no-versions/k?{name}={old}", timeout=10)
+        assert r.status_code == 403 and b"overwritten" not in r.content, (name, r.status_code)
+
+    # 3. A copy source key holding `?`: judged as that key, not `x`.
+    s3.create_bucket(Bucket="src-q")
+    s3.put_object(Bucket="src-q", Key="x", Body=b"public", ACL="public-read")
+    s3.put_object(Bucket="src-q", Key="x?y", Body=b"PRIVATE-SECRET")
+    s3.create_bucket(Bucket="dst-q")
+    s3.put_bucket_policy(Bucket="dst-q", Policy=policy(statement(["s3:PutObject", "s3:GetObject"], arn("dst-q/*"))))
+    r = requests.put(f"{ep}/dst-q/copied", headers={"x-amz-copy-source": "src-q/x?y"}, timeout=10)
+    assert r.status_code == 403, r.content
+    refused(lambda: s3.head_object(Bucket="dst-q", Key="copied"), "404", 404)
+    r = requests.put(f"{ep}/dst-q/copied", headers={"x-amz-copy-source": "src-q/x"}, timeout=10)
+    assert r.status_code == 200, r.content
+    assert s3.get_object(Bucket="dst-q", Key="copied")["Body"].read() == b"public"

@@ -93,11 +93,13 @@ struct Facts<'a> {
     peer: Option<IpAddr>,
 }
 
-/// The `versionId` of a query string, if any.
+/// The `versionId` of a query string, if any: its name decoded as the
+/// operation decodes it (`version%49d=` names a version too).
 fn version_of(query: Option<&str>) -> Option<String> {
-    query?.split('&').find_map(|p| {
-        p.strip_prefix("versionId=")
-            .map(|v| action::percent_decode_with(v, true))
+    query?.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (action::percent_decode_with(name, true) == "versionId")
+            .then(|| action::percent_decode_with(value, true))
     })
 }
 
@@ -224,8 +226,11 @@ impl Access {
         };
         match (f.op, f.key) {
             ("GetObject" | "HeadObject", Some(key)) => {
-                let (b, k) = (f.bucket.to_string(), key.to_string());
-                let read = self.read(move |store| store.head_object(&b, &k)).await;
+                // The version read is the one whose ACL counts.
+                let (b, k, v) = (f.bucket.to_string(), key.to_string(), f.version.clone());
+                let read = self
+                    .read(move |store| store.head_object_version(&b, &k, v.as_deref()))
+                    .await;
                 match read {
                     Some(Ok(m)) => m.props.acl.public_read(),
                     Some(Err(StoreError::NoSuchKey { .. } | StoreError::KeyDeleted { .. })) => {
@@ -249,13 +254,12 @@ impl Access {
             // The operation refuses what it cannot read.
             return Ok(());
         };
-        let (source, versioned) = action::copy_source(header);
+        let Some((source, version)) = action::copy_source(header) else {
+            return Ok(());
+        };
         let Some((bucket, key)) = source.split_once('/') else {
             return Ok(());
         };
-        let version = versioned
-            .then(|| header.split_once("?versionId=").map(|(_, v)| v.to_string()))
-            .flatten();
         self.judge(&Facts {
             op: "GetObject",
             bucket,

@@ -80,18 +80,20 @@ pub(crate) fn target(path: &S3Path) -> Option<(&str, Option<&str>)> {
     }
 }
 
-/// The source of a copy from its `x-amz-copy-source` header
-/// (`bucket/key` or `/bucket/key`, percent-encoded, perhaps with
-/// `?versionId=`): `"bucket/key"` decoded, and whether a version is named.
-pub(crate) fn copy_source(header: &str) -> (String, bool) {
-    let (path, query) = match header.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (header, None),
-    };
-    let decoded = percent_decode(path);
-    let source = decoded.strip_prefix('/').unwrap_or(&decoded).to_string();
-    let versioned = query.is_some_and(|q| q.starts_with("versionId="));
-    (source, versioned)
+/// The source of a copy from its `x-amz-copy-source` header, read by the
+/// parser the operation itself uses (s3s's: only `?versionId=` ends the
+/// key, so a key holding `?` is judged as the very key copied):
+/// `"bucket/key"` decoded, and the version named. `None` when the
+/// operation refuses the header (or names an access point).
+pub(crate) fn copy_source(header: &str) -> Option<(String, Option<String>)> {
+    match s3s::dto::CopySource::parse(header).ok()? {
+        s3s::dto::CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Some((format!("{bucket}/{key}"), version_id.map(String::from))),
+        _ => None,
+    }
 }
 
 /// Decodes `%XX` (and, with `form`, `+` as a space); a malformed escape is
@@ -122,10 +124,6 @@ pub(crate) fn percent_decode_with(s: &str, form: bool) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_decode_with(s, false)
 }
 
 #[cfg(test)]
@@ -163,11 +161,20 @@ mod tests {
 
     #[test]
     fn copy_sources() {
-        assert_eq!(copy_source("b/k%20x"), ("b/k x".to_string(), false));
         assert_eq!(
-            copy_source("/b/a%2Fb?versionId=v1"),
-            ("b/a/b".to_string(), true)
+            copy_source("bkt/k%20x"),
+            Some(("bkt/k x".to_string(), None))
         );
+        assert_eq!(
+            copy_source("/bkt/a%2Fb?versionId=v1"),
+            Some(("bkt/a/b".to_string(), Some("v1".to_string())))
+        );
+        // Only `?versionId=` ends the key: `x?y` is the key copied, so it
+        // is the key judged (not `x`).
+        assert_eq!(copy_source("src/x?y"), Some(("src/x?y".to_string(), None)));
+        // What the operation refuses is not judged here (a bucket name
+        // too short).
+        assert_eq!(copy_source("b/k"), None);
         assert_eq!(percent_decode_with("a+b%3D%zz", true), "a b=%zz");
     }
 }

@@ -93,7 +93,7 @@ impl Context for RequestKeys<'_> {
             }
             // The header as a policy compares it: `bucket/key`, decoded.
             "s3:x-amz-copy-source" => {
-                one(copy_source(self.headers.get("x-amz-copy-source")?.to_str().ok()?).0)
+                one(copy_source(self.headers.get("x-amz-copy-source")?.to_str().ok()?)?.0)
             }
             "s3:prefix" => self.query_param("prefix"),
             "s3:delimiter" => self.query_param("delimiter"),
