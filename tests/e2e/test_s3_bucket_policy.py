@@ -342,3 +342,22 @@ def test_versions_and_copy_sources_are_judged_as_the_operation_reads_them(s3serv
     r = requests.put(f"{ep}/dst-q/copied", headers={"x-amz-copy-source": "src-q/x"}, timeout=10)
     assert r.status_code == 200, r.content
     assert s3.get_object(Bucket="dst-q", Key="copied")["Body"].read() == b"public"
+
+
+def test_only_the_owner_reads_or_changes_the_policy(s3server, s3):
+    """Get/Put/DeleteBucketPolicy are the owner's alone, as on AWS: an
+    `Allow "*" s3:*` does not let an unsigned caller lift the Deny beside it."""
+    anon = anonymous(s3server)
+    s3.create_bucket(Bucket="star")
+    s3.put_object(Bucket="star", Key="keep", Body=b"kept")
+    text = policy(statement("s3:*", [arn("star"), arn("star/*")]),
+                  statement("s3:DeleteObject", arn("star/*"), effect="Deny"))
+    s3.put_bucket_policy(Bucket="star", Policy=text)
+    assert anon.get_object(Bucket="star", Key="keep")["Body"].read() == b"kept"
+    refused(lambda: anon.delete_object(Bucket="star", Key="keep"), "AccessDenied", 403)
+    refused(lambda: anon.delete_bucket_policy(Bucket="star"), "AccessDenied", 403)
+    refused(lambda: anon.get_bucket_policy(Bucket="star"), "AccessDenied", 403)
+    refused(lambda: anon.put_bucket_policy(Bucket="star", Policy=policy(statement("s3:*", arn("star/*")))),
+            "AccessDenied", 403)
+    assert json.loads(s3.get_bucket_policy(Bucket="star")["Policy"]) == json.loads(text)
+    refused(lambda: anon.delete_object(Bucket="star", Key="keep"), "AccessDenied", 403)

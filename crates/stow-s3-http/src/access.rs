@@ -204,6 +204,9 @@ impl Access {
         if loaded.gone || (!f.anonymous && action::owner_always_may(f.op)) {
             return Ok(());
         }
+        if f.anonymous && action::owner_always_may(f.op) {
+            return Err(denied());
+        }
         let decision = self.decide(loaded, f).await;
         if decision == Decision::Deny {
             return Err(denied_by_policy());

@@ -53,9 +53,11 @@ pub(crate) fn action(op: &str, versioned: bool) -> String {
     format!("s3:{name}")
 }
 
-/// The operations whose only owner is the account itself: AWS lets the
-/// bucket owner's root user get, put and delete the policy even where the
-/// policy denies it, so a policy can never lock its owner out.
+/// The operations only the bucket's owner may call: AWS lets the owner's
+/// root user get, put and delete the policy even where the policy denies
+/// it, so a policy can never lock its owner out, and lets nobody else,
+/// whatever the policy allows (an unsigned caller could otherwise lift a
+/// Deny that an `Allow "*" s3:*` sits beside).
 pub(crate) fn owner_always_may(op: &str) -> bool {
     matches!(
         op,
