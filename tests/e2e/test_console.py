@@ -226,7 +226,8 @@ RENDER_MS = """(rows) => { window.stowRender = new Promise((resolve) => {
     const tbody = document.getElementById("object-rows");
     const since = () => {
         const lists = performance.getEntriesByType("resource").filter((e) => e.name.includes("api/objects"));
-        return performance.now() - lists[lists.length - 1].responseEnd;
+        // No entry (the timing buffer full): no figure, never a stall.
+        return lists.length ? performance.now() - lists[lists.length - 1].responseEnd : NaN;
     };
     const painted = (then) => requestAnimationFrame(() => setTimeout(() => then(since())));
     let first = null;
@@ -248,6 +249,11 @@ RENDER_MS = """(rows) => { window.stowRender = new Promise((resolve) => {
 
 FIRST_NAME = "() => (document.querySelector('#object-rows td.name') || {}).textContent"
 
+# Awaits `window.stowRender`, bounded: a render the observer missed fails
+# the test in 30 s instead of hanging it.
+RENDERED = """() => Promise.race([window.stowRender, new Promise((_, fail) =>
+    setTimeout(() => fail(new Error("the rows were not seen rendered within 30 s")), 30000))])"""
+
 
 def test_console_paging(console, page):
     # Pages of 1,000 keys, every row in the table, with Next and Previous.
@@ -260,12 +266,12 @@ def test_console_paging(console, page):
     # that page (by 10-20× here), which a real browser would not see.
     page.evaluate(RENDER_MS, 1000)
     page.evaluate("() => { location.hash = 'b=many'; }")
-    first = page.evaluate("() => window.stowRender")
+    first = page.evaluate(RENDERED)
     page.wait_for_function(FIRST_NAME + " === 'k0000'")
     assert page.locator("#object-rows tr").count() == 1000
     page.evaluate(RENDER_MS, 1000)
     page.locator("#next-page").click()
-    second = page.evaluate("() => window.stowRender")
+    second = page.evaluate(RENDERED)
     page.wait_for_function(FIRST_NAME + " === 'k1000'")
     # Timings never gate tests: bench/scripts/console_render.py measures
     # them with repetitions and spreads.
