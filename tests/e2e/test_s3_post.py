@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import requests
+import urllib3
 
 
 def later(seconds=3600):
@@ -231,3 +232,82 @@ def test_malformed_forms(s3server, s3):
                       files=[("key", "anon.txt"), ("success_action_status", "201"), ("file", b"anon")])
     assert r.status_code == 201, r.text
     assert s3.get_object(Bucket="drop", Key="anon.txt")["Body"].read() == b"anon"
+
+
+def send_form_head(endpoint, bucket, key, declared):
+    """Opens a POST form to `bucket` declaring `declared` body bytes, sends its
+    unsigned fields and the first KiB of the file, and returns the socket
+    (the rest of the body never comes)."""
+    import socket
+    import urllib.parse
+    url = urllib.parse.urlparse(endpoint)
+    head = (f"--B\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{key}\r\n"
+            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n").encode()
+    sock = socket.create_connection((url.hostname, url.port), timeout=10)
+    sock.sendall((f"POST /{bucket} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                  "Content-Type: multipart/form-data; boundary=B\r\n"
+                  f"Content-Length: {declared}\r\n\r\n").encode() + head + b"x" * 1024)
+    return sock
+
+
+def answer_of(sock):
+    """(status, <Code>) of the answer on `sock`, read before the body ends."""
+    data = b""
+    while b"</Error>" not in data:
+        chunk = sock.recv(65536)  # a timeout here: the server waited for the file
+        if not chunk:
+            break
+        data += chunk
+    status = int(data.split(b" ", 2)[1])
+    body = data.split(b"\r\n\r\n", 1)[1]
+    return status, ET.fromstring(body[body.index(b"<"):]).findtext("Code")
+
+
+def test_unsigned_forms_are_judged_before_their_file(s3server, s3):
+    """An unsigned form that no policy or ACL lets in is refused as soon as
+    its fields are read: the server used to read the whole declared file
+    into memory (up to 5 GiB) before its 403."""
+    s3.create_bucket(Bucket="private")
+    s3.create_bucket(Bucket="drop")
+    s3.put_bucket_policy(Bucket="drop", Policy=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:PutObject",
+                       "Resource": "arn:aws:s3:::drop/in/*"}]}))
+    declared = 1 << 30
+    for bucket, key, expected in [("private", "k", (403, "AccessDenied")),
+                                  ("drop", "out/k", (403, "AccessDenied")),
+                                  ("missing", "k", (404, "NoSuchBucket"))]:
+        with send_form_head(s3server.endpoint, bucket, key, declared) as sock:
+            assert answer_of(sock) == expected, (bucket, key)
+    # What the policy opens still uploads, unsigned.
+    r = requests.post(f"{s3server.endpoint}/drop", data={"key": "in/k"}, files={"file": ("f", b"dropped")})
+    assert r.status_code == 204, r.text
+    assert s3.get_object(Bucket="drop", Key="in/k")["Body"].read() == b"dropped"
+    assert "Contents" not in s3.list_objects_v2(Bucket="private")
+
+
+def test_a_form_file_is_bounded_by_max_request_bytes(stow_bin, tmp_path):
+    """A form sent without a length (chunked) is held to --max-request-bytes
+    too: its file is refused once past it, not read on to 5 GiB."""
+    from s3server import S3Server
+    server = S3Server(stow_bin, tmp_path / "d", "--max-request-bytes", "65536")
+    try:
+        c = server.client()
+        c.create_bucket(Bucket="forms")
+        p = c.generate_presigned_post("forms", "big", ExpiresIn=300)
+        body, content_type = urllib3.encode_multipart_formdata(
+            [*p["fields"].items(), ("file", ("f", b"x" * 100_000))])
+
+        def chunks():
+            for at in range(0, len(body), 8192):
+                yield body[at:at + 8192]
+        r = requests.post(p["url"], data=chunks(), headers={"Content-Type": content_type})
+        assert "Content-Length" not in r.request.headers
+        assert xml_error(r)[:2] == (400, "EntityTooLarge")
+        small, content_type = urllib3.encode_multipart_formdata(
+            [*p["fields"].items(), ("file", ("f", b"x" * 60_000))])
+        r = requests.post(p["url"], data=iter([small]), headers={"Content-Type": content_type})
+        assert r.status_code == 204, r.text
+        assert c.head_object(Bucket="forms", Key="big")["ContentLength"] == 60_000
+    finally:
+        assert server.stop() == 0

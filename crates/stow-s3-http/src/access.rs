@@ -26,6 +26,8 @@
 //! A browser POST upload and DeleteObjects name their keys in the body:
 //! they are judged in their own hooks (`post_object`, `delete_objects`),
 //! once `s3s` has read them; DeleteObjects is refused whole if any key is.
+//! An unsigned POST upload is also judged as soon as its fields are read
+//! ([`Access::judge_form`]), before `s3s` reads its file into memory.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -248,6 +250,42 @@ impl Access {
         }
     }
 
+    /// Judges a browser POST upload of `key`. Besides `s3s`'s hook, the
+    /// server calls it for an unsigned form as soon as its fields are read:
+    /// `s3s` reads the whole file into memory before its own check, and a
+    /// caller no policy or ACL lets in must not get that far.
+    pub(crate) async fn judge_form(
+        &self,
+        anonymous: bool,
+        bucket: &str,
+        key: &str,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> S3Result<()> {
+        let loaded = self.load(bucket, anonymous).await;
+        if loaded.gone && anonymous {
+            // Answered now, as the upload would be, not after the file.
+            return Err(crate::errors::to_s3(StoreError::NoSuchBucket {
+                bucket: bucket.to_string(),
+            }));
+        }
+        self.judge_loaded(
+            &loaded,
+            &Facts {
+                anonymous,
+                op: "PostObject",
+                bucket,
+                key: Some(key),
+                version: None,
+                headers,
+                query,
+                peer,
+            },
+        )
+        .await
+    }
+
     /// A copy's source, judged as a GetObject of it in its own bucket.
     async fn judge_copy_source(&self, f: &Facts<'_>) -> S3Result<()> {
         let Some(header) = f.headers.get("x-amz-copy-source") else {
@@ -324,17 +362,15 @@ impl S3Access for Access {
 
     async fn post_object(&self, req: &mut S3Request<PostObjectInput>) -> S3Result<()> {
         let peer = req.extensions.get::<Peer>().map(|p| p.0);
-        let f = Facts {
-            anonymous: req.credentials.is_none(),
-            op: "PostObject",
-            bucket: &req.input.bucket,
-            key: Some(req.input.key.as_str()),
-            version: None,
-            headers: &req.headers,
-            query: req.uri.query(),
+        self.judge_form(
+            req.credentials.is_none(),
+            &req.input.bucket,
+            &req.input.key,
+            &req.headers,
+            req.uri.query(),
             peer,
-        };
-        self.judge(&f).await
+        )
+        .await
     }
 
     async fn delete_objects(&self, req: &mut S3Request<DeleteObjectsInput>) -> S3Result<()> {

@@ -67,6 +67,9 @@ struct Handler {
     bucket_cors: bucket_cors::BucketCors,
     slots: Arc<Semaphore>,
     stats: admin::Stats,
+    /// The access check `s3s` also runs, for unsigned POST forms before
+    /// their file is read (see `access::Access::judge_form`).
+    access: access::Access,
 }
 
 /// A bound S3 server.
@@ -98,6 +101,13 @@ impl Server {
         builder.set_access(access::Access {
             store: config.store.clone(),
         });
+        // `s3s` holds a POST form's file in memory: no larger than any
+        // other request body may be.
+        let mut s3s_config = s3s::config::S3Config::default();
+        s3s_config.post_object_max_file_size = config.max_request_bytes;
+        builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+            s3s_config,
+        ))));
         if config.allow_reset {
             builder.set_route(reset::ResetRoute {
                 store: config.store.clone(),
@@ -113,6 +123,9 @@ impl Server {
             bucket_cors: bucket_cors::BucketCors {
                 store: config.store.clone(),
                 hosts: hosts::LocalHosts { bases },
+            },
+            access: access::Access {
+                store: config.store.clone(),
             },
             config,
             stats: admin::Stats::new(listen),
@@ -192,6 +205,33 @@ impl Handler {
         }
     }
 
+    /// Refuses an unsigned POST form that no policy or ACL lets in, before
+    /// `s3s` reads its file (see `access::Access::judge_form`).
+    async fn judge_unsigned_form(
+        &self,
+        req: &Request<Body>,
+        bucket: &str,
+        peer: SocketAddr,
+    ) -> s3s::S3Result<()> {
+        let Some(key) = req
+            .extensions()
+            .get::<post::FormUpload>()
+            .and_then(post::FormUpload::unsigned_key)
+        else {
+            return Ok(());
+        };
+        self.access
+            .judge_form(
+                true,
+                bucket,
+                key,
+                req.headers(),
+                req.uri().query(),
+                Some(peer.ip()),
+            )
+            .await
+    }
+
     async fn route(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         if req.uri().path() == RESET_PATH {
             // Signed like an S3 request, so it takes the S3 path below
@@ -228,15 +268,19 @@ impl Handler {
             (!target.object).then_some((boundary, target.bucket))
         });
         let is_form = form.is_some();
-        let req = match form {
+        let mut req = match form {
             Some((boundary, bucket)) => match post::prepare(req, &bucket, &boundary).await {
-                Ok(req) => req,
+                Ok(req) => {
+                    if let Err(e) = self.judge_unsigned_form(&req, &bucket, peer).await {
+                        return xml_error(e);
+                    }
+                    req
+                }
                 Err(e) => return xml_error(errors::post_refusal(e)),
             },
             None => req.map(Body::from),
         };
         // The caller's address, for a bucket policy's `aws:SourceIp`.
-        let mut req = req;
         req.extensions_mut().insert(policy::Peer(peer.ip()));
         match self.s3.call(req).await {
             Ok(resp) if attributes => patches::unquote_attributes_etag(resp),

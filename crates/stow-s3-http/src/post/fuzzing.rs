@@ -9,7 +9,8 @@ use super::policy;
 const BOUNDARY: &str = "fuzzboundary";
 
 /// The first byte picks the parser: even, a form body (its fields before
-/// the file) — what parses is rebuilt, as the server rebuilds it for
+/// the file), read at once and in pieces (their size from the same byte)
+/// to the same result — what parses is rebuilt, as the server rebuilds it for
 /// `s3s`, and must parse again to the same fields and file; odd, a policy
 /// document (the rest, base64-encoded as a form carries it), checked
 /// against a small form.
@@ -18,7 +19,24 @@ pub fn post_form(bytes: &[u8]) {
         return;
     };
     if pick % 2 == 0 {
-        let Ok(Some(f)) = form::parse(rest, BOUNDARY) else {
+        let whole = form::parse(rest, BOUNDARY);
+        // Read as it arrives, in pieces of a size the input picks, the
+        // body reads as it does at once.
+        let step = usize::from(pick / 2) + 1;
+        let mut reader = form::FormReader::new(BOUNDARY);
+        let mut pieces = Ok(None);
+        for end in (step..rest.len()).step_by(step).chain([rest.len()]) {
+            pieces = reader.read(&rest[..end]);
+            if !matches!(pieces, Ok(None)) {
+                break;
+            }
+        }
+        match (&whole, &pieces) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "read in pieces of {step}"),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("read at once {a:?}, in pieces of {step} {b:?}"),
+        }
+        let Ok(Some(f)) = whole else {
             return;
         };
         let mut again = form::rebuild(&f.fields, BOUNDARY, &f.file_headers);

@@ -67,6 +67,9 @@ pub(crate) struct FormUpload {
     checksums: Vec<(String, String)>,
     /// The `tagging` field: a `<Tagging>` document, as S3's POST takes tags.
     tagging: Option<String>,
+    /// The key of an unsigned form (`${filename}` substituted), for the
+    /// access check to judge before the file is read; `None` when signed.
+    unsigned_key: Option<String>,
 }
 
 /// `%XX`-encodes all but RFC 3986's unreserved characters.
@@ -82,6 +85,11 @@ fn form_encode(s: &str) -> String {
 }
 
 impl FormUpload {
+    /// The key an unsigned form uploads to; `None` for a signed form.
+    pub(crate) fn unsigned_key(&self) -> Option<&str> {
+        self.unsigned_key.as_deref()
+    }
+
     /// Sets the input's checksums and tags from the form's fields; a
     /// `tagging` document that is not S3's `<Tagging>` is MalformedXML.
     pub(crate) fn apply(&self, input: &mut PutObjectInput) -> S3Result<()> {
@@ -150,8 +158,9 @@ pub(crate) async fn prepare(
 ) -> Result<Request<Body>, PostError> {
     let (mut parts, mut incoming) = req.into_parts();
     let mut buf = Vec::new();
+    let mut reader = form::FormReader::new(boundary);
     let mut form = loop {
-        if let Some(form) = form::parse(&buf, boundary)? {
+        if let Some(form) = reader.read(&buf)? {
             break form;
         }
         if buf.len() > MAX_FIELDS_BYTES {
@@ -188,9 +197,14 @@ pub(crate) async fn prepare(
         .cloned()
         .collect();
     let tagging = form.get("tagging").map(str::to_string);
+    let unsigned_key = match policy {
+        Some(_) => None,
+        None => form.get("key").map(str::to_string),
+    };
     parts.extensions.insert(FormUpload {
         checksums: sums,
         tagging,
+        unsigned_key,
     });
 
     let mut head = form::rebuild(&fields, boundary, &form.file_headers);
