@@ -131,6 +131,27 @@ pub(crate) struct Condition {
     pub(crate) values: Vec<String>,
 }
 
+impl Condition {
+    /// Whether the condition holds only for fixed values of a key that
+    /// names a source or a principal, which keeps a grant to everyone from
+    /// being public (as AWS reckons it). It does not where a missing key
+    /// satisfies it (`…IfExists`, `ForAllValues:`, a negated operator: here
+    /// the principal keys are always missing), where it only asks whether
+    /// the key exists (`Null`) or a value is a pattern (`*`, `?`, a policy
+    /// variable), or where an address range holds every address (`/0`).
+    fn limits_to_fixed_values(&self) -> bool {
+        let everyone_range =
+            |v: &str| self.key == "aws:sourceip" && matches!(cidr(v), Some((_, 0)));
+        let fixed = |v: &String| !(v.contains(['*', '?']) || v.contains("${") || everyone_range(v));
+        LIMITING_KEYS.contains(&self.key.as_str())
+            && !self.if_exists
+            && self.set == SetOp::Any
+            && !self.op.negated()
+            && !matches!(self.op, Op::Null | Op::Bool)
+            && self.values.iter().all(fixed)
+    }
+}
+
 /// One statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Statement {
@@ -208,10 +229,7 @@ impl Policy {
         self.statements.iter().any(|s| {
             s.effect == Effect::Allow
                 && s.principals == Principals::Everyone
-                && !s
-                    .conditions
-                    .iter()
-                    .any(|c| !c.op.negated() && LIMITING_KEYS.contains(&c.key.as_str()))
+                && !s.conditions.iter().any(Condition::limits_to_fixed_values)
         })
     }
 
@@ -636,5 +654,37 @@ mod tests {
             r#""Condition":{"StringLike":{"s3:prefix":"a*"}},"Resource""#,
         );
         assert!(parse(&other).unwrap().is_public());
+    }
+
+    /// Conditions a request without the key satisfies, or that any value
+    /// satisfies, leave a grant to everyone public.
+    #[test]
+    fn conditions_that_anyone_meets_stay_public() {
+        let with = |condition: &str| {
+            let doc = OK.replace(
+                r#""Resource""#,
+                &format!(r#""Condition":{condition},"Resource""#),
+            );
+            parse(&doc).unwrap().is_public()
+        };
+        for public in [
+            r#"{"StringEqualsIfExists":{"aws:PrincipalArn":"arn:aws:iam::1:root"}}"#,
+            r#"{"ForAllValues:StringEquals":{"aws:PrincipalAccount":"111122223333"}}"#,
+            r#"{"StringNotEquals":{"aws:PrincipalAccount":"111122223333"}}"#,
+            r#"{"StringLike":{"aws:PrincipalArn":"arn:aws:iam::*"}}"#,
+            r#"{"StringEquals":{"aws:SourceAccount":"${aws:PrincipalAccount}"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"0.0.0.0/0"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","::/0"]}}"#,
+            r#"{"Null":{"aws:SourceArn":"false"}}"#,
+        ] {
+            assert!(with(public), "{public}");
+        }
+        for limited in [
+            r#"{"StringEquals":{"aws:PrincipalAccount":"111122223333"}}"#,
+            r#"{"ForAnyValue:StringEquals":{"aws:SourceVpc":"vpc-1"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","192.168.1.1"]}}"#,
+        ] {
+            assert!(!with(limited), "{limited}");
+        }
     }
 }
