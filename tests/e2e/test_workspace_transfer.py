@@ -647,6 +647,37 @@ def test_delta_v1_and_refusals(stow_bin, workdir):
     assert err["code"] == "already_exists" and path.read_bytes() == before
 
 
+def test_apply_refuses_what_the_document_alone_gets_wrong(stow_bin, workdir):
+    """A sensitive path is refused in a link change as in a file change; a
+    malformed message or directory list is the document's fault
+    (invalid_delta), not a conflict with the base."""
+    p = prepare_tree(stow_bin, workdir, {"a.txt": b"alpha"})
+    wsid, root = p["workspace_id"], workdir / "w"
+    reg = ["--registry-dir", workdir / "reg"]
+    base = ok(stow_bin, "checkpoint", "--id", wsid, *reg)["checkpoint_id"]
+    (root / "a.txt").write_bytes(b"alpha two")
+    target = ok(stow_bin, "checkpoint", "--id", wsid, "--parent", base, *reg)["checkpoint_id"]
+    path = workdir / "d.json"
+    ok(stow_bin, "delta", "--from", base, "--to", target, "--output", path, *reg)
+    doc = json.loads(path.read_text())
+    before = ok(stow_bin, "log", "--id", wsid, *reg)["checkpoints"]
+
+    def apply_edited(name, **edits):
+        edited = workdir / name
+        edited.write_text(json.dumps({**doc, **edits}))
+        return fail(stow_bin, "apply", "--delta", edited, "--base", base, *reg)
+
+    err = apply_edited("link.json", link_changes=[{"path": ".env", "kind": "added", "to": "/home/u/.env"}])
+    assert err["code"] == "sensitive_path" and ".env" in err["message"]
+    err = apply_edited("message.json", message="m" * 100_000)
+    assert err["code"] == "invalid_delta"
+    err = apply_edited("dirs.json", dirs=[{"path": "../up", "mode": 0o755}])
+    assert err["code"] == "invalid_delta"
+    assert ok(stow_bin, "log", "--id", wsid, *reg)["checkpoints"] == before
+    # The document itself still applies.
+    assert ok(stow_bin, "apply", "--delta", path, "--base", base, *reg)["parent_checkpoint_id"] == base
+
+
 # ---------------------------------------------------------------- gc
 
 

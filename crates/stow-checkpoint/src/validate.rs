@@ -10,6 +10,21 @@ use crate::paths::check_checkpoint_id;
 /// entries stay far from overflowing.
 const MAX_PAYLOAD_BYTES: u64 = 1 << 46;
 
+/// A manifest's directory entries: valid paths, modes of permission bits
+/// only, none listed twice. Returns their paths.
+pub(crate) fn check_dirs(
+    dirs: &[crate::DirectoryEntry],
+) -> std::result::Result<HashSet<&str>, String> {
+    let mut paths: HashSet<&str> = HashSet::new();
+    for d in dirs {
+        crate::paths::check_checkpoint_path(&d.path).map_err(|e| e.to_string())?;
+        if d.mode > 0o777 || !paths.insert(d.path.as_str()) {
+            return Err(format!("directory {} is malformed or listed twice", d.path));
+        }
+    }
+    Ok(paths)
+}
+
 /// Every rule a manifest from outside (an archive, a delta's base) must
 /// meet before anything is staged: versions and IDs, clean unique paths
 /// that never nest under one another, digests, modes, and for portable
@@ -92,13 +107,7 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
     // Directories and links: valid, unique, never the same path as a
     // file, and nothing lives beneath a link (restoring it would write
     // through the link).
-    let mut dirs: HashSet<&str> = HashSet::new();
-    for d in &m.dirs {
-        crate::paths::check_checkpoint_path(&d.path).map_err(|e| e.to_string())?;
-        if d.mode > 0o777 || !dirs.insert(d.path.as_str()) {
-            return Err(format!("directory {} is malformed or listed twice", d.path));
-        }
-    }
+    let dirs = check_dirs(&m.dirs)?;
     let mut links: HashSet<&str> = HashSet::new();
     for l in &m.links {
         crate::paths::check_checkpoint_path(&l.path).map_err(|e| e.to_string())?;

@@ -8,7 +8,6 @@ use super::check::check_document;
 use super::*;
 use crate::error::{Result, WsError};
 use crate::fsutil::{create_private_dir, now_rfc3339, random_hex};
-use crate::paths::is_sensitive;
 use crate::registry::Registry;
 use crate::Origin;
 use crate::{
@@ -141,13 +140,7 @@ pub fn apply(
 ) -> Result<CheckpointResult> {
     let doc = read_document(path, opts.expect_sha256.as_deref())?;
     let (file_bodies, object_bodies) = check_document(&doc)?;
-    let touched = doc
-        .changes
-        .iter()
-        .map(|c| c.path.as_str())
-        .chain(doc.object_changes.iter().map(|c| c.key.as_str()))
-        .find(|p| is_sensitive(p));
-    if let Some(p) = touched {
+    if let Some(p) = first_sensitive(&doc.changes, &doc.link_changes, &doc.object_changes) {
         if !(opts.include_sensitive && doc.include_sensitive) {
             return Err(WsError::SensitivePath {
                 path: p.to_string(),

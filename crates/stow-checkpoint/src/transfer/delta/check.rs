@@ -154,6 +154,15 @@ pub(super) fn check_document(
     if doc.content.len() != files.len() {
         return Err(bad("the document holds content no change names".into()));
     }
+    // What the document alone decides of the result is refused here as
+    // the document's fault; a result that still fails validation is the
+    // base and the delta disagreeing (a conflict).
+    if let Some(dirs) = &doc.dirs {
+        crate::validate::check_dirs(dirs).map_err(bad)?;
+    }
+    if let Some(message) = &doc.message {
+        crate::format::check_message(message).map_err(|e| bad(e.to_string()))?;
+    }
     let mut keys = std::collections::HashSet::new();
     let mut objects = HashMap::new();
     for c in &doc.object_changes {
@@ -313,6 +322,28 @@ mod tests {
         let mut d = doc();
         d.changes[0].path = "../escape".into();
         d.content = [("../escape".to_string(), B64.encode(b"hello"))].into();
+        refusal(&d);
+    }
+
+    /// What the document alone sets of the result (its directories, its
+    /// message) is the document's fault when malformed, not a conflict.
+    #[test]
+    fn malformed_directories_and_messages_are_the_document_s_fault() {
+        let mut d = doc();
+        d.dirs = Some(vec![DirectoryEntry {
+            path: "../up".into(),
+            mode: 0o755,
+        }]);
+        refusal(&d);
+        let mut d = doc();
+        let dir = DirectoryEntry {
+            path: "src".into(),
+            mode: 0o755,
+        };
+        d.dirs = Some(vec![dir.clone(), dir]);
+        assert!(refusal(&d).contains("twice"));
+        let mut d = doc();
+        d.message = Some("x".repeat(100_000));
         refusal(&d);
     }
 

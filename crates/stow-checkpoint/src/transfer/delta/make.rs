@@ -12,7 +12,6 @@ use sha2::{Digest, Sha256};
 use super::*;
 use crate::error::{Result, WsError};
 use crate::fsutil::{absolute, hex, now_rfc3339, write_new_file};
-use crate::paths::is_sensitive;
 use crate::registry::Registry;
 use crate::{diff_buckets, diff_files_exact, diff_links, diff_objects, load_manifest, read_blob};
 
@@ -59,13 +58,7 @@ pub fn delta(
         Vec::new()
     };
     let link_changes = diff_links(&a.links, &b.links);
-    let sensitive = changes
-        .iter()
-        .map(|c| c.path.as_str())
-        .chain(link_changes.iter().map(|c| c.path.as_str()))
-        .chain(object_changes.iter().map(|c| c.key.as_str()))
-        .find(|p| is_sensitive(p))
-        .map(str::to_string);
+    let sensitive = first_sensitive(&changes, &link_changes, &object_changes).map(str::to_string);
     if let (Some(path), false) = (&sensitive, opts.include_sensitive) {
         return Err(WsError::SensitivePath {
             path: path.clone(),

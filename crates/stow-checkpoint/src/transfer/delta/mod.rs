@@ -103,6 +103,22 @@ pub struct ApplyOptions {
     pub include_sensitive: bool,
 }
 
+/// The first sensitive-looking path a delta's changes name (files, links,
+/// object keys): what both `delta` and `apply` refuse without
+/// `--include-sensitive`.
+fn first_sensitive<'a>(
+    changes: &'a [Change],
+    link_changes: &'a [LinkChange],
+    object_changes: &'a [ObjectChange],
+) -> Option<&'a str> {
+    changes
+        .iter()
+        .map(|c| c.path.as_str())
+        .chain(link_changes.iter().map(|c| c.path.as_str()))
+        .chain(object_changes.iter().map(|c| c.key.as_str()))
+        .find(|p| crate::paths::is_sensitive(p))
+}
+
 mod apply;
 mod check;
 mod make;
