@@ -741,6 +741,16 @@ def test_over_limit_archive_refused(sb, flags):
     sb.assert_refused(sb.base.raw, "capacity_exceeded", flags=flags)
 
 
+def test_directories_and_links_are_bounded_too(sb):
+    """--max-files bounds the entries without a payload apart: a small
+    archive must not make a restore create any number of directories."""
+    def many(doc):
+        extra = [{"path": f"empty{i}", "mode": 0o755} for i in range(len(FILES) + 1)]
+        doc["manifest"]["dirs"] = doc["manifest"].get("dirs", []) + extra
+    sb.assert_refused(pack(with_manifest(sb.base.entries, many)), "capacity_exceeded",
+                      flags=["--max-files", str(len(FILES))])
+
+
 def test_limits_at_the_boundary_are_accepted(sb):
     archive = sb.write("base.tar.gz", sb.base.raw)
     flags = ["--max-files", str(len(FILES)), "--max-bytes", str(TOTAL)]

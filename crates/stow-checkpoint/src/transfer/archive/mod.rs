@@ -80,14 +80,22 @@ impl ArchiveLimits {
         }
     }
 
-    /// Refuses a checkpoint over the bounds.
+    /// Refuses a checkpoint over the bounds: the file bound holds for its
+    /// payloads (files and objects) and, apart, for the entries without
+    /// one (directories and links), which cost a restore as much.
     fn check(&self, m: &CheckpointManifest) -> Result<()> {
-        let entries = (m.files.len() + m.objects.len()) as u64;
-        if entries > self.max_files() {
-            return Err(WsError::CapacityExceeded(format!(
-                "the checkpoint holds {entries} files and objects, over the limit of {}",
-                self.max_files()
-            )));
+        let payloads = (m.files.len() + m.objects.len()) as u64;
+        let bare = (m.dirs.len() + m.links.len()) as u64;
+        for (count, what) in [
+            (payloads, "files and objects"),
+            (bare, "directories and links"),
+        ] {
+            if count > self.max_files() {
+                return Err(WsError::CapacityExceeded(format!(
+                    "the checkpoint holds {count} {what}, over the limit of {}",
+                    self.max_files()
+                )));
+            }
         }
         let bytes = m.payload_bytes();
         if bytes > self.max_bytes() {

@@ -470,6 +470,7 @@ pub(crate) fn admit_outside_manifest(
         return Err(WsError::AlreadyExists(format!("checkpoint {}", m.id)));
     }
     let all = summaries(registry)?;
+    refuse_foreign_parent(m, &all)?;
     refuse_parent_cycle(m, &all)?;
     let caps = registry
         .get(&m.workspace_id)
@@ -477,6 +478,23 @@ pub(crate) fn admit_outside_manifest(
         .unwrap_or_default();
     admit(registry, &m.workspace_id, caps, m.payload_bytes(), &all)?;
     Ok(lock)
+}
+
+/// Refuses a manifest whose parent is a checkpoint here of another
+/// workspace: a checkpoint's parent is its own workspace's, and a child
+/// keeps its parent from deletion, so an archive could otherwise pin any
+/// workspace's checkpoint. (A parent not here is fine: it may come later.)
+fn refuse_foreign_parent(m: &CheckpointManifest, all: &[Summary]) -> Result<()> {
+    let Some(parent) = m.parent_id.as_deref() else {
+        return Ok(());
+    };
+    match all.iter().find(|s| s.id == parent) {
+        Some(p) if p.workspace_id != m.workspace_id => Err(invalid(format!(
+            "checkpoint {}'s parent {parent} belongs to workspace {} here, not to {}",
+            m.id, p.workspace_id, m.workspace_id
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses a manifest whose parent chain, through the checkpoints here,
@@ -545,12 +563,29 @@ mod tests {
         }
     }
 
+    /// A manifest of workspace `ws_0000000000000000` with no files.
+    fn manifest(id: &str) -> CheckpointManifest {
+        serde_json::from_str(&format!(
+            r#"{{"version":1,"id":"{id}","workspace_id":"ws_0000000000000000","created":"x","files":[]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_parent_of_another_workspace_is_refused() {
+        let mut m = manifest("cp_a");
+        m.parent_id = Some("cp_b".into());
+        let mut theirs = summary("cp_b", None);
+        theirs.workspace_id = "ws_00000000000000ff".into();
+        let err = refuse_foreign_parent(&m, &[theirs]).unwrap_err();
+        assert_eq!(err.code(), "invalid_archive", "{err}");
+        assert!(refuse_foreign_parent(&m, &[summary("cp_b", None)]).is_ok());
+        assert!(refuse_foreign_parent(&m, &[]).is_ok());
+    }
+
     #[test]
     fn a_parent_chain_back_to_the_import_is_refused() {
-        let mut m: CheckpointManifest = serde_json::from_str(
-            r#"{"version":1,"id":"cp_a","workspace_id":"ws_0000000000000000","created":"x","files":[]}"#,
-        )
-        .unwrap();
+        let mut m = manifest("cp_a");
         m.parent_id = Some("cp_b".into());
         // Here: cp_c <- cp_b <- (cp_a, being imported): fine.
         let chain = [summary("cp_b", Some("cp_c")), summary("cp_c", None)];
