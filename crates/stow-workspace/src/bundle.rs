@@ -10,7 +10,7 @@ use crate::describe::WorkspaceResult;
 use crate::handoff::{adopt_document, AdoptOptions, HandoffArchive, HandoffDocument};
 use stow_checkpoint::archive::ExportOptions;
 use stow_checkpoint::fsutil::{
-    create_private_dir, fsync_dir, random_hex, rename_noreplace, write_new_file,
+    create_private_dir, fsync_dir, random_hex, rename_noreplace, write_new_file, FileLock,
 };
 use stow_checkpoint::paths::segment_problem;
 use stow_checkpoint::registry::Registry;
@@ -53,10 +53,77 @@ pub struct ExportedBundle {
     pub handoff: HandoffDocument,
 }
 
+/// Names of a bundle's stage directory under the root (`<prefix><hex>`)
+/// and of its lock file (`<prefix><hex>.lock`).
+const STAGE_PREFIX: &str = ".stow-bundle-";
+
+/// A stage directory and the lock that marks it live. The lock file is
+/// created and locked before the directory and removed after it (renamed
+/// or removed), so a stage whose lock file is not held belongs to an
+/// export that died; [`sweep_dead_stages`] removes it.
+struct Stage {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    _lock: FileLock,
+}
+
+impl Stage {
+    fn create(root: &Path) -> Result<Stage> {
+        loop {
+            let hex = random_hex(8);
+            let lock_path = root.join(format!("{STAGE_PREFIX}{hex}.lock"));
+            let Some(lock) = FileLock::try_lock(&lock_path)? else {
+                continue;
+            };
+            // A sweep may have taken and removed the file between its
+            // creation and the lock: then the lock guards nothing.
+            if fs::symlink_metadata(&lock_path).is_err() {
+                continue;
+            }
+            let dir = root.join(format!("{STAGE_PREFIX}{hex}"));
+            create_private_dir(&dir)?;
+            return Ok(Stage {
+                dir,
+                lock_path,
+                _lock: lock,
+            });
+        }
+    }
+
+    /// Removes what is left of the stage (the directory, unless renamed
+    /// into place), then its lock file.
+    fn finish(self) {
+        let _ = fs::remove_dir_all(&self.dir);
+        let _ = fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Removes the stages of exports that were killed: those whose lock file
+/// no process holds.
+fn sweep_dead_stages(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(hex) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGE_PREFIX)?.strip_suffix(".lock"))
+        else {
+            continue;
+        };
+        if let Ok(Some(_dead)) = FileLock::try_lock(&entry.path()) {
+            let _ = fs::remove_dir_all(root.join(format!("{STAGE_PREFIX}{hex}")));
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Exports checkpoint `cp` of workspace `ws` as bundle `name` under
 /// `root`: assembled in a hidden stage directory there, flushed, then
 /// renamed into place without ever replacing an existing entry. A failure
-/// after the rename (flushing the root) is `outcome_unknown`.
+/// after the rename (flushing the root) is `outcome_unknown`. Stages that
+/// killed exports left under `root` are removed first.
 pub fn export_bundle(
     registry: &Registry,
     ws: &str,
@@ -70,8 +137,9 @@ pub fn export_bundle(
     if fs::symlink_metadata(&dst).is_ok() {
         return Err(WsError::AlreadyExists(format!("bundle {name}")));
     }
-    let stage = root.join(format!(".stow-bundle-{}", random_hex(8)));
-    create_private_dir(&stage)?;
+    sweep_dead_stages(root);
+    let staged = Stage::create(root)?;
+    let stage = staged.dir.clone();
     let built = (|| -> Result<HandoffDocument> {
         let exported = stow_checkpoint::archive::export(
             registry,
@@ -104,13 +172,8 @@ pub fn export_bundle(
         })?;
         Ok(doc)
     })();
-    let doc = match built {
-        Ok(doc) => doc,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&stage);
-            return Err(e);
-        }
-    };
+    staged.finish();
+    let doc = built?;
     fsync_dir(root).map_err(|e| {
         WsError::OutcomeUnknown(format!("bundle {} was published: {e}", dst.display()))
     })?;

@@ -258,3 +258,54 @@ fn an_export_killed_midway_leaves_a_temp_file_the_next_export_removes() {
     names.sort();
     assert_eq!(names, [".cp.tar.gz.stow-export-0123456789ab", "cp.tar.gz"]);
 }
+
+/// A killed bundle export leaves its stage directory and an unheld lock
+/// file: the next export under the root removes them, and leaves alone a
+/// stage whose export is still running (its lock held).
+#[test]
+fn a_killed_bundle_export_s_stage_goes_with_the_next_export() {
+    use stow_checkpoint::fsutil::FileLock;
+    use stow_workspace::bundle::export_bundle;
+    let w = setup("");
+    let cp = cap(&w).checkpoint_id;
+    let root = w.dir.join("exports");
+    fs::create_dir(&root).unwrap();
+    // Killed mid-export: a stage with a partial archive, its lock unheld;
+    // and one killed after its lock file but before its directory.
+    fs::create_dir(root.join(".stow-bundle-00000000dead0001")).unwrap();
+    fs::write(
+        root.join(".stow-bundle-00000000dead0001/checkpoint.tar.gz"),
+        b"partial",
+    )
+    .unwrap();
+    fs::write(root.join(".stow-bundle-00000000dead0001.lock"), b"").unwrap();
+    fs::write(root.join(".stow-bundle-00000000dead0002.lock"), b"").unwrap();
+    // Running: its lock held.
+    fs::create_dir(root.join(".stow-bundle-00000000a11ve001")).unwrap();
+    let live = FileLock::try_lock(&root.join(".stow-bundle-00000000a11ve001.lock"))
+        .unwrap()
+        .unwrap();
+
+    let exported = export_bundle(&w.reg, &w.ws.workspace_id, &cp, &root, "b1").unwrap();
+    assert_eq!(exported.path, root.join("b1"));
+    let mut left: Vec<String> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            ".stow-bundle-00000000a11ve001",
+            ".stow-bundle-00000000a11ve001.lock",
+            "b1"
+        ]
+    );
+    let mut inside: Vec<String> = fs::read_dir(root.join("b1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    inside.sort();
+    assert_eq!(inside, ["checkpoint.tar.gz", "handoff.json"]);
+    drop(live);
+}
