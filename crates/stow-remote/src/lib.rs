@@ -352,7 +352,11 @@ impl RemoteStore for S3Remote {
         }
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError> {
+    fn list_at_most(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Option<Vec<(String, u64)>>, RemoteError> {
         let path = self.path(prefix.trim_end_matches('/'))?;
         let what = format!("list {path}/");
         let strip = if self.prefix.is_empty() {
@@ -367,13 +371,18 @@ impl RemoteStore for S3Remote {
                 let meta = meta?;
                 let full = meta.location.to_string();
                 if let Some(rel) = full.strip_prefix(&strip) {
+                    if out.len() == most {
+                        return Ok(None);
+                    }
                     out.push((rel.to_string(), meta.size));
                 }
             }
-            Ok(out)
+            Ok(Some(out))
         })?;
         let mut out = listing.map_err(|e| classify(&what, &e))?;
-        out.sort();
+        if let Some(out) = &mut out {
+            out.sort();
+        }
         Ok(out)
     }
 }

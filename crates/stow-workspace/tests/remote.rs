@@ -336,8 +336,12 @@ impl RemoteStore for SharedRemote {
     fn create(&self, key: &str, body: Body, sha256: &str) -> Result<Created, RemoteError> {
         self.0.create(key, body, sha256)
     }
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError> {
-        self.0.list(prefix)
+    fn list_at_most(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Option<Vec<(String, u64)>>, RemoteError> {
+        self.0.list_at_most(prefix, most)
     }
 }
 
@@ -441,4 +445,57 @@ fn adopting_from_a_remote_reuses_a_held_checkpoint_only_when_the_remote_manifest
         tree(&reg.state_dir().join("blobs")),
     );
     assert_eq!(now, held);
+}
+
+/// Many unknown blobs are looked up with one listing of `blobs/`; on a
+/// remote holding far more blobs than the push asks about, the listing
+/// stops early and each blob gets a HEAD instead (a shared remote's whole
+/// listing was read, and held, for any push of over 256 new payloads).
+#[test]
+fn a_push_lists_the_remote_s_blobs_only_while_that_is_cheaper() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fs::create_dir_all(dir.join("in")).unwrap();
+    for i in 0..300 {
+        fs::write(dir.join(format!("in/f{i:03}")), format!("payload {i}")).unwrap();
+    }
+    fs::write(
+        dir.join("t.json"),
+        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
+    )
+    .unwrap();
+    let p = stow_workspace::prepare(&dir.join("t.json")).unwrap();
+    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
+    let cp = capture(&reg, &p.workspace_id, &CaptureOptions::default())
+        .unwrap()
+        .checkpoint_id;
+
+    // A remote with a few other blobs: one listing, no HEAD of a blob.
+    let small = MemoryRemote::default();
+    small.overwrite("blobs/0000", b"other".to_vec());
+    let pushed = push(&reg, &cp, &small, &PushOptions::default()).unwrap();
+    assert_eq!(pushed.uploaded_blobs, 300);
+    assert_eq!(small.lists.load(Ordering::Relaxed), 1);
+    assert_eq!(small.heads.load(Ordering::Relaxed), 0);
+
+    // A remote holding more than 64 blobs per unknown one: the listing
+    // gives up, and every blob is asked about by itself.
+    let big = MemoryRemote::default();
+    {
+        let mut objects = big.objects.lock().unwrap();
+        for i in 0..300 * 64 + 1 {
+            objects.insert(format!("blobs/other{i:06}"), (Vec::new(), String::new()));
+        }
+    }
+    let pushed = push(&reg, &cp, &big, &PushOptions::default()).unwrap();
+    assert_eq!(pushed.uploaded_blobs, 300);
+    assert_eq!(big.lists.load(Ordering::Relaxed), 1);
+    assert!(big.heads.load(Ordering::Relaxed) >= 300);
+    let after = MemoryRemote::default();
+    push(&reg, &cp, &after, &PushOptions::default()).unwrap();
+    // Both remotes now hold every payload.
+    for remote in [&small, &big] {
+        let held = remote.keys("blobs/");
+        assert!(after.keys("blobs/").iter().all(|k| held.contains(k)));
+    }
 }

@@ -15,6 +15,10 @@ pub struct MemoryRemote {
     pub creates: AtomicUsize,
     /// Fail every create after this many succeeded (an interrupted push).
     pub fail_after: Mutex<Option<usize>>,
+    /// HEAD requests so far.
+    pub heads: AtomicUsize,
+    /// Listings so far.
+    pub lists: AtomicUsize,
 }
 
 impl MemoryRemote {
@@ -41,6 +45,7 @@ impl RemoteStore for MemoryRemote {
     }
 
     fn head(&self, key: &str) -> Result<Option<RemoteObject>, RemoteError> {
+        self.heads.fetch_add(1, Ordering::Relaxed);
         Ok(self
             .objects
             .lock()
@@ -90,14 +95,21 @@ impl RemoteStore for MemoryRemote {
         Ok(Created::Created)
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError> {
-        Ok(self
+    fn list_at_most(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Option<Vec<(String, u64)>>, RemoteError> {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        let listed: Vec<(String, u64)> = self
             .objects
             .lock()
             .unwrap()
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
             .map(|(k, (b, _))| (k.clone(), b.len() as u64))
-            .collect())
+            .take(most.saturating_add(1))
+            .collect();
+        Ok((listed.len() <= most).then_some(listed))
     }
 }

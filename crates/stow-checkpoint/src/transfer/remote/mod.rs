@@ -133,8 +133,18 @@ pub trait RemoteStore: Send + Sync {
     /// Writes `key` only if nothing has it (`If-None-Match: *`), with
     /// `sha256` recorded as metadata; large bodies go up in parts.
     fn create(&self, key: &str, body: Body, sha256: &str) -> Result<Created, RemoteError>;
+    /// Every key under `prefix` with its size, in key order; `None` once
+    /// there prove to be more than `most` (the listing stops there).
+    fn list_at_most(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Option<Vec<(String, u64)>>, RemoteError>;
+
     /// Every key under `prefix` with its size, in key order.
-    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError>;
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, RemoteError> {
+        Ok(self.list_at_most(prefix, usize::MAX)?.unwrap_or_default())
+    }
 }
 
 /// Opens a [`RemoteStore`] for a spec (the CLI passes `stow-remote`'s).

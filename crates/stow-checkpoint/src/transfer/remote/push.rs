@@ -22,8 +22,13 @@ use crate::{load_manifest, open_verified, CheckpointManifest, FileEntry};
 const SMALL_BLOB: u64 = 8 << 20;
 
 /// With more unknown blobs than this, one listing of `blobs/` is cheaper
-/// than a HEAD per blob.
+/// than a HEAD per blob...
 const LIST_OVER: usize = 256;
+/// ...unless the remote holds more than this many blobs per unknown one: the
+/// listing stops there (a page of a listing names up to 1,000 keys, so
+/// what it asked cost at most a 16th of the HEADs), and the HEADs go on.
+/// It also bounds what a listing holds in memory.
+const LIST_AT_MOST_PER_UNKNOWN: usize = 64;
 
 /// Options of a push.
 #[derive(Default)]
@@ -94,13 +99,12 @@ pub fn push(
         .filter(|f| !known.contains(&f.sha256))
         .collect();
     let listed: Option<HashMap<String, u64>> = if unknown.len() > LIST_OVER {
-        Some(
-            remote
-                .list("blobs/")?
-                .into_iter()
+        let most = unknown.len().saturating_mul(LIST_AT_MOST_PER_UNKNOWN);
+        remote.list_at_most("blobs/", most)?.map(|keys| {
+            keys.into_iter()
                 .filter_map(|(k, size)| Some((k.strip_prefix("blobs/")?.to_string(), size)))
-                .collect(),
-        )
+                .collect()
+        })
     } else {
         None
     };
