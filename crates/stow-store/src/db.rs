@@ -24,7 +24,7 @@ use std::thread::{self, JoinHandle, Thread};
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::blobs::{BlobId, BlobStore};
+use crate::blobs::{BlobId, BlobStore, ReadPin, Reclaimer};
 use crate::error::{Result, StoreError};
 
 /// Applied in one transaction, so a fresh store costs one fsync here.
@@ -171,8 +171,8 @@ type Job = Box<dyn FnOnce(Result<&Connection, &StoreError>, &mut Effects) -> Fin
 
 struct Writer {
     conn: Connection,
-    /// Dead blobs whose files were unlinked after the last commit; their
-    /// `dead_blobs` rows are dropped in the next transaction.
+    /// Dead blobs whose files were deleted (durably) since the last commit;
+    /// their `dead_blobs` rows are dropped in the next transaction.
     unlinked: Vec<BlobId>,
 }
 
@@ -195,6 +195,8 @@ struct Shared {
     /// Wakes the commit thread when leadership is handed to it.
     commit_wanted: Condvar,
     blobs: Arc<BlobStore>,
+    /// Deletes the blobs commits free once no read can open them.
+    reclaim: Arc<Reclaimer>,
 }
 
 /// The metadata database of one store.
@@ -319,6 +321,13 @@ impl Db {
             path: None,
             cache_bytes: 0,
         })
+    }
+
+    /// Pins the blobs a read about to begin may open: none of them is
+    /// deleted while the pin is held (see `blobs::reclaim`). Taken before
+    /// [`Db::read`], it covers what that read's snapshot sees.
+    pub fn pin(&self) -> ReadPin {
+        self.shared.reclaim.pin()
     }
 
     /// Runs `f` on a consistent snapshot.
@@ -477,6 +486,7 @@ impl Shared {
             }),
             queue: Mutex::new(Queue::default()),
             commit_wanted: Condvar::new(),
+            reclaim: Reclaimer::new(Arc::clone(&blobs)),
             blobs,
         })
     }
@@ -519,6 +529,7 @@ impl Shared {
     fn run_batch(&self, jobs: Vec<Job>) {
         let mut writer = lock(&self.writer);
         let writer = &mut *writer;
+        writer.unlinked.extend(self.reclaim.take_deleted());
         let conn = &writer.conn;
         if !conn.is_autocommit() {
             // A batch panicked mid-transaction: its writers were answered
@@ -559,13 +570,7 @@ impl Shared {
                 for id in &effects.publish {
                     self.blobs.publish(*id);
                 }
-                for id in &effects.unlink {
-                    self.blobs.remove(*id);
-                }
-                if !effects.unlink.is_empty() {
-                    self.blobs.sync_removed(&effects.unlink);
-                }
-                writer.unlinked = effects.unlink;
+                writer.unlinked = self.reclaim.free(&effects.unlink);
             }
             Err(e) => {
                 tracing::error!("commit failed: {e}");

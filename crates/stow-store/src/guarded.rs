@@ -122,6 +122,7 @@ impl Store {
     pub fn read_for_save(&self, bucket: &str, key: &str, max_body: u64) -> Result<Observation> {
         validate::bucket_name(bucket)?;
         validate::object_key(key)?;
+        let pin = self.inner.db.pin();
         let (object, generation, body) = self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
             let Some(rec) = record::load_record(conn, b, key)? else {
@@ -136,7 +137,7 @@ impl Store {
             let meta = rec.meta(bucket, key);
             let gen = rec.generation;
             // Read the bytes within the same snapshot as the metadata.
-            let read = self.get_in(conn, &rec)?;
+            let read = self.get_in(conn, &rec, pin)?;
             Ok((Some(meta), Some(gen), read))
         })?;
         Ok(Observation {
@@ -151,16 +152,21 @@ impl Store {
         })
     }
 
-    fn get_in(&self, conn: &rusqlite::Connection, rec: &Record) -> Result<Vec<u8>> {
+    fn get_in(
+        &self,
+        conn: &rusqlite::Connection,
+        rec: &Record,
+        pin: crate::blobs::ReadPin,
+    ) -> Result<Vec<u8>> {
         // An object sealed with a customer key (SSE-C) is not read here.
         crate::encryption::check_key(rec.props.sse_c.as_ref(), None)?;
         let mut body = crate::store::ObjectBody::plan(
             conn,
             &self.inner.blobs,
             &rec.extents,
-            0,
-            rec.size,
+            (0, rec.size),
             None,
+            pin,
         )?;
         let mut out = Vec::with_capacity(rec.size as usize);
         body.read_to_end(&mut out)?;

@@ -73,6 +73,7 @@ impl Store {
             }
             r => r?,
         };
+        let pin = self.inner.db.pin();
         let planned = self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
             let up = match load_upload(conn, b, key, upload_id) {
@@ -85,7 +86,9 @@ impl Store {
             // A file tree keeps plaintext: an upload sealed with a
             // customer key (SSE-C) is never joined into one.
             crate::encryption::check_key(rec.props.sse_c.as_ref(), None)?;
-            let body = ObjectBody::plan(conn, &self.inner.blobs, &rec.extents, 0, rec.size, None)?;
+            let extents = &rec.extents;
+            let body =
+                ObjectBody::plan(conn, &self.inner.blobs, extents, (0, rec.size), None, pin)?;
             Ok(Some((rec, body)))
         })?;
         let Some((rec, mut body)) = planned else {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::blobs::{BlobId, BlobReader, BlobStore, Staged};
+use crate::blobs::{BlobId, BlobReader, BlobStore, ReadPin, Staged};
 use crate::checksum::Checksum;
 use crate::encryption::{CustomerKey, KeyRecord, Opener};
 use crate::error::{Result, StoreError};
@@ -102,6 +102,8 @@ pub struct ObjectBody {
     /// A whole small object is checked against its ETag as it is read: the
     /// end of the body is an error, not wrong bytes, when they differ.
     verify: Option<(md5::Md5, [u8; 16])>,
+    /// Keeps the blobs of pieces not yet opened from being deleted.
+    _pin: Option<ReadPin>,
 }
 
 /// Whole single-part objects up to this size are MD5-checked on every read
@@ -120,14 +122,15 @@ impl std::fmt::Debug for ObjectBody {
 impl ObjectBody {
     /// A reader of `len` bytes from `offset` of the body made of
     /// `extents`; `key` opens a sealed body (SSE-C), whose key the caller
-    /// has checked against the object's record.
+    /// has checked against the object's record. `pin`, taken before the
+    /// snapshot `conn` reads began, is held while pieces wait to be opened.
     pub(crate) fn plan(
         conn: &Connection,
         blobs: &Arc<BlobStore>,
         extents: &[Extent],
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
         key: Option<&CustomerKey>,
+        pin: ReadPin,
     ) -> Result<Self> {
         let mut pieces = std::collections::VecDeque::new();
         let mut data = conn.prepare_cached("SELECT data FROM blobs WHERE id = ?1")?;
@@ -179,12 +182,16 @@ impl ObjectBody {
                 _ => {}
             }
         }
+        let unopened = pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Blob(..) | Piece::SealedBlob(..)));
         Ok(ObjectBody {
             blobs: Some(Arc::clone(blobs)),
             key: key.cloned(),
             pieces,
             len,
             verify: None,
+            _pin: unopened.then_some(pin),
         })
     }
 
@@ -205,6 +212,7 @@ impl ObjectBody {
             pieces: std::collections::VecDeque::from([Piece::File(file.take(len))]),
             len,
             verify: None,
+            _pin: None,
         })
     }
 

@@ -492,6 +492,7 @@ impl Store {
         upload_id: &str,
         listed: &[CompletedPart],
     ) -> Result<Option<(Vec<BlobId>, String)>> {
+        let pin = self.inner.db.pin();
         let (alg, extents) = self.inner.db.read(|conn| {
             let b = record::bucket_id(conn, bucket)?;
             let up = load_upload(conn, b, key, upload_id)?;
@@ -510,8 +511,9 @@ impl Store {
             };
             let total = extents.iter().map(|e| e.size).sum();
             // (A sealed upload has no full-object checksum: create_upload.)
+            let blobs = &self.inner.blobs;
             let body = alg
-                .map(|_| super::ObjectBody::plan(conn, &self.inner.blobs, &extents, 0, total, None))
+                .map(|_| super::ObjectBody::plan(conn, blobs, &extents, (0, total), None, pin))
                 .transpose()?;
             Ok((alg.zip(body), extents))
         })?;

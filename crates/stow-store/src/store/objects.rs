@@ -291,6 +291,7 @@ impl Store {
         validate::object_key(key)?;
         let version = version.map(versions::VersionRef::parse).transpose()?;
         let blobs = Arc::clone(&self.inner.blobs);
+        let pin = self.inner.db.pin();
         self.inner.db.read(|conn| {
             let b = versions::bucket(conn, bucket)?;
             let rec = versions::lookup(conn, b, bucket, key, version.as_ref())?;
@@ -323,7 +324,7 @@ impl Store {
             // (a missing part is InvalidPart with or without the key).
             check_key(rec.props.sse_c.as_ref(), sse)?;
             let ranged = range.is_some() || part.is_some();
-            let mut body = ObjectBody::plan(conn, &blobs, &rec.extents, offset, len, sse)?;
+            let mut body = ObjectBody::plan(conn, &blobs, &rec.extents, (offset, len), sse, pin)?;
             // A sealed body is authenticated record by record instead.
             if !ranged && rec.size <= VERIFIED_READ_LIMIT && sse.is_none() {
                 if let Some(md5) = body::plain_etag_md5(&rec.etag) {

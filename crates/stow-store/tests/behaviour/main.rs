@@ -77,6 +77,7 @@ on_both_backends!(
     sealed_copies,
     copies_take_their_own_sse_s3,
     sealed_multipart,
+    a_multipart_read_outlives_a_delete,
 );
 
 fn put(s: &Store, b: &str, k: &str, body: &[u8]) -> ObjectMeta {

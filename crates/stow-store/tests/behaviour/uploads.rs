@@ -507,3 +507,88 @@ pub(crate) fn multipart_checksums(make: Make) {
         }
     }
 }
+
+/// A read of a multipart object opens its parts one after another; a
+/// delete committed meanwhile must not take the parts it has yet to open
+/// (their files went at once, and the read ended short). Once the read is
+/// done, the parts go.
+pub(crate) fn a_multipart_read_outlives_a_delete(make: Make) {
+    use std::io::Read as _;
+    let f = make(StoreOptions::default());
+    let s = &f.store;
+    s.create_bucket("bk1").unwrap();
+    let up = s
+        .create_upload("bk1", "mp", CreateUploadOptions::default())
+        .unwrap();
+    let parts: Vec<Vec<u8>> = [b'A', b'B', b'C'].iter().map(|&b| vec![b; MIB5]).collect();
+    let listed: Vec<CompletedPart> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let n = i as i64 + 1;
+            let info = s
+                .upload_part(
+                    "bk1",
+                    "mp",
+                    &up.upload_id,
+                    n,
+                    &mut Cursor::new(p),
+                    PartOptions::default(),
+                )
+                .unwrap();
+            CompletedPart {
+                part_number: n as u32,
+                etag: info.etag,
+            }
+        })
+        .collect();
+    s.complete_upload("bk1", "mp", &up.upload_id, &listed, WriteCondition::Always)
+        .unwrap();
+
+    let mut read = s.get_object("bk1", "mp", None).unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    read.body.read_exact(&mut got).unwrap();
+    assert!(s.delete_object("bk1", "mp").unwrap());
+    // More commits: the next transactions settle what the delete freed.
+    s.put_object(
+        "bk1",
+        "other",
+        &mut Cursor::new(b"x"),
+        PutOptions::default(),
+    )
+    .unwrap();
+    read.body.read_to_end(&mut got).unwrap();
+    assert_eq!(got, parts.concat(), "the read saw every byte");
+    drop(read);
+    s.put_object(
+        "bk1",
+        "other",
+        &mut Cursor::new(b"y"),
+        PutOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(s.verify().unwrap(), Vec::<String>::new());
+    if let Some(dir) = &f.dir {
+        let files = walk_files(dir.path());
+        assert!(
+            files
+                .iter()
+                .all(|p| std::fs::metadata(p).unwrap().len() < MIB5 as u64),
+            "the deleted parts' files are gone: {files:?}"
+        );
+    }
+}
+
+/// Every regular file under `dir`.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(walk_files(&e.path()));
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    out
+}
