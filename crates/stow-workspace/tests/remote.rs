@@ -18,6 +18,11 @@ fn workspace(dir: &Path) -> (WorkspaceResult, Registry, String) {
     fs::write(dir.join("in/a/b/deep.bin"), vec![5u8; 90_000]).unwrap();
     fs::write(dir.join("in/a/same1"), "dup").unwrap();
     fs::write(dir.join("in/a/same2"), "dup").unwrap();
+    prepared(dir)
+}
+
+/// The workspace prepared from `dir/in`, its registry and a checkpoint.
+fn prepared(dir: &Path) -> (WorkspaceResult, Registry, String) {
     fs::write(
         dir.join("t.json"),
         r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
@@ -459,16 +464,7 @@ fn a_push_lists_the_remote_s_blobs_only_while_that_is_cheaper() {
     for i in 0..300 {
         fs::write(dir.join(format!("in/f{i:03}")), format!("payload {i}")).unwrap();
     }
-    fs::write(
-        dir.join("t.json"),
-        r#"{"version":1,"root":"ws","registry_dir":"reg","inputs":[{"source":"in","destination":"."}]}"#,
-    )
-    .unwrap();
-    let p = stow_workspace::prepare(&dir.join("t.json")).unwrap();
-    let reg = Registry::resolve(Some(&dir.join("reg")), None).unwrap();
-    let cp = capture(&reg, &p.workspace_id, &CaptureOptions::default())
-        .unwrap()
-        .checkpoint_id;
+    let (_, reg, cp) = prepared(dir);
 
     // A remote with a few other blobs: one listing, no HEAD of a blob.
     let small = MemoryRemote::default();
