@@ -8,7 +8,9 @@ import re
 import urllib.parse
 import zlib
 
+import boto3
 import botocore
+import botocore.config
 import pytest
 import requests
 
@@ -161,3 +163,21 @@ def test_quoted_prefix_in_v1_is_xml_escaped(s3server, s3):
     assert s3.list_objects(Bucket="esc", Prefix="<a&b>")["Prefix"] == "<a&b>"
     r = signed_raw(s3server, "GET", "/esc?encoding-type=url&prefix=" + urllib.parse.quote("<a&b>"))
     assert b"<Prefix>&lt;a&amp;b&gt;</Prefix>" in r.body, r.body
+
+
+def test_every_error_carries_a_message(s3server):
+    """Errors s3s answers without a <Message> (a wrong secret key, a bucket
+    name out of the rules) get one: clients showed "Unknown"."""
+    wrong = boto3.client(
+        "s3", endpoint_url=s3server.endpoint, aws_access_key_id=s3server.access_key,
+        aws_secret_access_key="not-the-secret", region_name=s3server.ready["region"],
+        config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        wrong.list_buckets()
+    err = e.value.response["Error"]
+    assert err["Code"] == "SignatureDoesNotMatch" and "secret key" in err["Message"], err
+    r = requests.get(f"{s3server.endpoint}/ab")
+    assert r.status_code == 400 and "<Code>InvalidBucketName</Code>" in r.text
+    message = re.search(r"<Message>([^<]+)</Message>", r.text)
+    assert message and "not valid" in message.group(1), r.text
+    assert r.text.count("<RequestId>") == 1

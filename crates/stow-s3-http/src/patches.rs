@@ -8,14 +8,40 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 
 use crate::respond::Body;
 
+/// The message of an error `s3s` answers without one (clients show
+/// "Unknown" for a body without `<Message>`).
+fn missing_message(code: &str) -> String {
+    match code {
+        "SignatureDoesNotMatch" => "The signature does not match the one computed from the request \
+             and the secret key: check the secret key and how the request is signed."
+            .to_string(),
+        "InvalidBucketName" => {
+            "The bucket name is not valid (3 to 63 lower-case letters, digits, dots and hyphens)."
+                .to_string()
+        }
+        other => format!("The request was refused: {other}."),
+    }
+}
+
 /// An S3 error body names the request (`<RequestId>`) as its
-/// `x-amz-request-id` header does, so a report quoting either finds it.
+/// `x-amz-request-id` header does, so a report quoting either finds it,
+/// and carries a `<Message>` (see [`missing_message`]).
 pub(crate) fn error_with_request_id(resp: Response<Body>, id: &str) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     let Some(xml) = body.bytes() else {
         return Response::from_parts(parts, body);
     };
-    let text = String::from_utf8_lossy(&xml);
+    let mut text = String::from_utf8_lossy(&xml).into_owned();
+    let Some(end) = text.rfind("</Error>") else {
+        return Response::from_parts(parts, body);
+    };
+    if !text.contains("<Message>") {
+        let code = match (text.find("<Code>"), text.find("</Code>")) {
+            (Some(a), Some(b)) if a + 6 <= b => text[a + 6..b].to_string(),
+            _ => String::new(),
+        };
+        text.insert_str(end, &format!("<Message>{}</Message>", missing_message(&code)));
+    }
     let Some(end) = text.rfind("</Error>") else {
         return Response::from_parts(parts, body);
     };
