@@ -330,3 +330,29 @@ def test_list_object_versions_keeps_versions_and_markers_in_one_order(s3):
             break
         kwargs.update(KeyMarker=page["NextKeyMarker"], VersionIdMarker=page["NextVersionIdMarker"])
     assert seen == entries
+
+
+def test_a_copy_from_a_delete_marker_by_version_is_invalid_request(s3):
+    """A delete marker named as a copy's source by its version ID has no
+    bytes: 400 InvalidRequest (as S3 answers; a GET of it is 405), for
+    CopyObject and UploadPartCopy alike; the version it hides still copies."""
+    s3.create_bucket(Bucket="vcopy")
+    enable(s3, "vcopy")
+    old = s3.put_object(Bucket="vcopy", Key="k", Body=b"kept bytes")["VersionId"]
+    marker = s3.delete_object(Bucket="vcopy", Key="k")["VersionId"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket="vcopy", Key="copy", CopySource={"Bucket": "vcopy", "Key": "k", "VersionId": marker})
+    assert code_of(e) == ("InvalidRequest", 400)
+    assert "delete marker" in e.value.response["Error"]["Message"]
+    up = s3.create_multipart_upload(Bucket="vcopy", Key="parts")["UploadId"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.upload_part_copy(Bucket="vcopy", Key="parts", UploadId=up, PartNumber=1,
+                            CopySource={"Bucket": "vcopy", "Key": "k", "VersionId": marker})
+    assert code_of(e) == ("InvalidRequest", 400)
+    # The latest version being the marker: 404 NoSuchKey, as before.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket="vcopy", Key="copy", CopySource={"Bucket": "vcopy", "Key": "k"})
+    assert code_of(e) == ("NoSuchKey", 404)
+    s3.copy_object(Bucket="vcopy", Key="copy", CopySource={"Bucket": "vcopy", "Key": "k", "VersionId": old})
+    assert s3.get_object(Bucket="vcopy", Key="copy")["Body"].read() == b"kept bytes"
+    assert [v["Key"] for v in s3.list_object_versions(Bucket="vcopy", Prefix="copy").get("Versions", [])] == ["copy"]

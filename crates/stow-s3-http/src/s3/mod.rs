@@ -69,6 +69,34 @@ impl StowS3 {
         reading(move || f(backend.as_ref())).await
     }
 
+    /// The source of a copy (see `convert::copy_source`), refused as S3
+    /// refuses it when its version ID names a delete marker: 400
+    /// InvalidRequest, for a marker has no bytes to copy (a GET of it by
+    /// its ID is 405). Versions never change, so the copy that follows
+    /// meets the same version.
+    async fn copy_source_of(&self, src: &CopySource) -> S3Result<(String, String, Option<String>)> {
+        let (bucket, key, version) = convert::copy_source(src)?;
+        if let Some(v) = version.clone() {
+            let (b, k) = (bucket.clone(), key.clone());
+            let marker = self
+                .point_read(move |store| {
+                    // Any other outcome is the copy's own to answer.
+                    Ok(matches!(
+                        store.head_object_version(&b, &k, Some(&v)),
+                        Err(StoreError::DeleteMarkerVersion { .. })
+                    ))
+                })
+                .await?;
+            if marker {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The copy source names a delete marker by its version ID; a delete marker has no bytes to copy."
+                ));
+            }
+        }
+        Ok((bucket, key, version))
+    }
+
     fn writable(&self) -> S3Result<()> {
         if self.read_only {
             return Err(s3_error!(

@@ -140,7 +140,7 @@ pub(super) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     svc.writable()?;
     let input = req.input;
-    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = svc.copy_source_of(&input.copy_source).await?;
     let range = match input.copy_source_range.as_deref() {
         None => None,
         Some(r) => {

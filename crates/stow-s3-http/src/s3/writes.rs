@@ -214,7 +214,7 @@ pub(super) async fn copy_object(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?;
-    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = svc.copy_source_of(&input.copy_source).await?;
     let (encryption, source_key) = super::sse::copy_keys(svc.store.as_ref(), &input)?;
     let echo = super::sse::Echo::of(encryption.as_ref());
     let replace = replaces(
