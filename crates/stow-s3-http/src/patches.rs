@@ -12,9 +12,11 @@ use crate::respond::Body;
 /// "Unknown" for a body without `<Message>`).
 fn missing_message(code: &str) -> String {
     match code {
-        "SignatureDoesNotMatch" => "The signature does not match the one computed from the request \
+        "SignatureDoesNotMatch" => {
+            "The signature does not match the one computed from the request \
              and the secret key: check the secret key and how the request is signed."
-            .to_string(),
+                .to_string()
+        }
         "InvalidBucketName" => {
             "The bucket name is not valid (3 to 63 lower-case letters, digits, dots and hyphens)."
                 .to_string()
@@ -40,7 +42,10 @@ pub(crate) fn error_with_request_id(resp: Response<Body>, id: &str) -> Response<
             (Some(a), Some(b)) if a + 6 <= b => text[a + 6..b].to_string(),
             _ => String::new(),
         };
-        text.insert_str(end, &format!("<Message>{}</Message>", missing_message(&code)));
+        text.insert_str(
+            end,
+            &format!("<Message>{}</Message>", missing_message(&code)),
+        );
     }
     let Some(end) = text.rfind("</Error>") else {
         return Response::from_parts(parts, body);

@@ -21,7 +21,7 @@ mod dirs;
 mod reclaim;
 
 pub(crate) use dirs::{after_commit, open_blob_dir, DEFAULT_BLOB_DIR, META_BLOB_DIR, RESET_PREFIX};
-pub(crate) use reclaim::{ReadPin, Reclaimer};
+pub(crate) use reclaim::{BlobHolds, ReadPin, Reclaimer};
 
 use crate::checksum::{BodyDigests, BodyHasher};
 use crate::error::{Result, StoreError};

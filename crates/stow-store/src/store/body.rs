@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::blobs::{BlobId, BlobReader, BlobStore, ReadPin, Staged};
+use crate::blobs::{BlobHolds, BlobId, BlobReader, BlobStore, ReadPin, Staged};
 use crate::checksum::Checksum;
 use crate::encryption::{CustomerKey, KeyRecord, Opener};
 use crate::error::{Result, StoreError};
@@ -103,7 +103,7 @@ pub struct ObjectBody {
     /// end of the body is an error, not wrong bytes, when they differ.
     verify: Option<(md5::Md5, [u8; 16])>,
     /// Keeps the blobs of pieces not yet opened from being deleted.
-    _pin: Option<ReadPin>,
+    holds: Option<BlobHolds>,
 }
 
 /// Whole single-part objects up to this size are MD5-checked on every read
@@ -182,16 +182,20 @@ impl ObjectBody {
                 _ => {}
             }
         }
-        let unopened = pieces
+        let unopened: Vec<BlobId> = pieces
             .iter()
-            .any(|p| matches!(p, Piece::Blob(..) | Piece::SealedBlob(..)));
+            .filter_map(|p| match p {
+                Piece::Blob(id, ..) | Piece::SealedBlob(id, ..) => Some(*id),
+                _ => None,
+            })
+            .collect();
         Ok(ObjectBody {
             blobs: Some(Arc::clone(blobs)),
             key: key.cloned(),
             pieces,
             len,
             verify: None,
-            _pin: unopened.then_some(pin),
+            holds: (!unopened.is_empty()).then(|| pin.hold(unopened)),
         })
     }
 
@@ -212,7 +216,7 @@ impl ObjectBody {
             pieces: std::collections::VecDeque::from([Piece::File(file.take(len))]),
             len,
             verify: None,
-            _pin: None,
+            holds: None,
         })
     }
 
@@ -288,9 +292,13 @@ impl ObjectBody {
                     let Some(blobs) = &self.blobs else {
                         return Err(io::Error::other("blob body without a blob store"));
                     };
-                    let opened = open_at(blobs, *id, *from, *take)
+                    let id = *id;
+                    let opened = open_at(blobs, id, *from, *take)
                         .map_err(|e| io::Error::other(e.to_string()))?;
                     *front = Piece::Open(opened);
+                    if let Some(holds) = &mut self.holds {
+                        holds.release(id);
+                    }
                     continue;
                 }
                 Piece::SealedBlob(id, plain, from, take) => {
@@ -300,8 +308,12 @@ impl ObjectBody {
                     let reader = blobs
                         .open(*id)
                         .map_err(|e| io::Error::other(e.to_string()))?;
-                    let opened = Opener::new(reader, key.clone(), *plain, *from, *take);
+                    let (id, opened) =
+                        (*id, Opener::new(reader, key.clone(), *plain, *from, *take));
                     *front = Piece::Sealed(Box::new(opened));
+                    if let Some(holds) = &mut self.holds {
+                        holds.release(id);
+                    }
                     continue;
                 }
                 Piece::Open(r) => r.read(buf)?,
