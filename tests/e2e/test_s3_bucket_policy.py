@@ -361,3 +361,47 @@ def test_only_the_owner_reads_or_changes_the_policy(s3server, s3):
             "AccessDenied", 403)
     assert json.loads(s3.get_bucket_policy(Bucket="star")["Policy"]) == json.loads(text)
     refused(lambda: anon.delete_object(Bucket="star", Key="keep"), "AccessDenied", 403)
+
+
+def test_conditions_anyone_meets_leave_a_policy_public(s3server, s3):
+    """IfExists and ForAllValues conditions on principal keys (never present
+    here) and SourceIp ranges that together hold every address do not make
+    a grant to everyone private: BlockPublicPolicy refuses them."""
+    s3.create_bucket(Bucket="wide")
+    s3.put_public_access_block(Bucket="wide", PublicAccessBlockConfiguration={
+        "BlockPublicAcls": False, "IgnorePublicAcls": False,
+        "BlockPublicPolicy": True, "RestrictPublicBuckets": False})
+    for condition in [{"IpAddress": {"aws:SourceIp": ["0.0.0.0/1", "128.0.0.0/1"]}},
+                      {"StringEqualsIfExists": {"aws:PrincipalArn": "arn:aws:iam::1:root"}},
+                      {"ForAllValues:StringEquals": {"aws:PrincipalAccount": "111122223333"}}]:
+        doc = policy(statement("s3:GetObject", arn("wide/*"), condition=condition))
+        refused(lambda: s3.put_bucket_policy(Bucket="wide", Policy=doc), "AccessDenied", 403)
+    narrow = policy(statement("s3:GetObject", arn("wide/*"),
+                              condition={"IpAddress": {"aws:SourceIp": "10.1.0.0/16"}}))
+    s3.put_bucket_policy(Bucket="wide", Policy=narrow)
+    assert status(s3, "wide") is False
+
+
+def test_setting_an_acl_on_a_write_is_judged_as_put_object_acl(s3server, s3):
+    """A PUT or copy carrying x-amz-acl (or a grant header) is also an
+    s3:PutObjectAcl: an unsigned one needs the policy to allow both, and a
+    Deny of PutObjectAcl refuses even the owner's."""
+    s3.create_bucket(Bucket="aclw")
+    s3.put_bucket_policy(Bucket="aclw", Policy=policy(
+        statement("s3:PutObject", arn("aclw/*")),
+        statement("s3:PutObjectAcl", arn("aclw/locked/*"), effect="Deny")))
+    anon = anonymous(s3server)
+    anon.put_object(Bucket="aclw", Key="plain", Body=b"x")
+    refused(lambda: anon.put_object(Bucket="aclw", Key="pub", Body=b"x", ACL="public-read"), "AccessDenied", 403)
+    refused(lambda: s3.put_object(Bucket="aclw", Key="locked/a", Body=b"x", ACL="public-read"),
+            "AccessDenied", 403)
+    refused(lambda: s3.copy_object(Bucket="aclw", Key="locked/b", CopySource={"Bucket": "aclw", "Key": "plain"},
+                                   ACL="public-read"), "AccessDenied", 403)
+    s3.put_object(Bucket="aclw", Key="locked/c", Body=b"x")
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket="aclw")["Contents"]]
+    assert listed == ["locked/c", "plain"]
+    # Allowed as well, the unsigned PUT with an ACL goes through.
+    s3.put_bucket_policy(Bucket="aclw", Policy=policy(statement(["s3:PutObject", "s3:PutObjectAcl"], arn("aclw/*"))))
+    anon.put_object(Bucket="aclw", Key="pub", Body=b"x", ACL="public-read")
+    grants = s3.get_object_acl(Bucket="aclw", Key="pub")["Grants"]
+    assert any(g["Grantee"].get("URI", "").endswith("AllUsers") for g in grants), grants

@@ -311,3 +311,25 @@ def test_a_form_file_is_bounded_by_max_request_bytes(stow_bin, tmp_path):
         assert c.head_object(Bucket="forms", Key="big")["ContentLength"] == 60_000
     finally:
         assert server.stop() == 0
+
+
+def test_the_acl_field_sets_the_object_acl(s3server, s3):
+    """A form's `acl` field is the new object's canned ACL (it was dropped):
+    public-read opens it to unsigned reads, an ACL this server does not
+    know is refused as a PUT's is, and BlockPublicAcls refuses a public one."""
+    s3.create_bucket(Bucket="aclforms")
+
+    def post(acl):
+        p = s3.generate_presigned_post("aclforms", f"k-{acl}", Fields={"acl": acl}, Conditions=[{"acl": acl}])
+        return requests.post(p["url"], data=p["fields"], files={"file": ("a", b"hi")})
+    assert post("public-read").status_code == 204
+    assert requests.get(f"{s3server.endpoint}/aclforms/k-public-read").content == b"hi"
+    assert post("private").status_code == 204
+    assert requests.get(f"{s3server.endpoint}/aclforms/k-private").status_code == 403
+    assert xml_error(post("bogus-acl"))[:2] == (501, "NotImplemented")
+    s3.put_public_access_block(Bucket="aclforms", PublicAccessBlockConfiguration={
+        "BlockPublicAcls": True, "IgnorePublicAcls": False,
+        "BlockPublicPolicy": False, "RestrictPublicBuckets": False})
+    assert xml_error(post("public-read-write"))[:2] == (403, "AccessDenied")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="aclforms")["Contents"]]
+    assert keys == ["k-private", "k-public-read"]

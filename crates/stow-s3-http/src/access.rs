@@ -87,6 +87,10 @@ impl Loaded {
 struct Facts<'a> {
     anonymous: bool,
     op: &'a str,
+    /// A write that also sets the new object's ACL (an `x-amz-acl` or
+    /// `x-amz-grant-*` header, a POST form's `acl` field): S3 judges it as
+    /// `s3:PutObjectAcl` too.
+    sets_acl: bool,
     bucket: &'a str,
     key: Option<&'a str>,
     version: Option<String>,
@@ -103,6 +107,27 @@ fn version_of(query: Option<&str>) -> Option<String> {
         (action::percent_decode_with(name, true) == "versionId")
             .then(|| action::percent_decode_with(value, true))
     })
+}
+
+/// A browser POST upload as [`Access::judge_form`] judges it.
+pub(crate) struct FormRequest<'a> {
+    pub(crate) anonymous: bool,
+    pub(crate) bucket: &'a str,
+    /// The key it uploads to (`${filename}` substituted).
+    pub(crate) key: &'a str,
+    /// The form sets the object's ACL (its `acl` field).
+    pub(crate) sets_acl: bool,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) peer: Option<IpAddr>,
+}
+
+/// Whether a write's headers set the new object's ACL.
+fn acl_headers(op: &str, headers: &HeaderMap) -> bool {
+    matches!(op, "PutObject" | "CopyObject" | "CreateMultipartUpload")
+        && headers
+            .keys()
+            .any(|h| h.as_str() == "x-amz-acl" || h.as_str().starts_with("x-amz-grant-"))
 }
 
 impl Access {
@@ -213,7 +238,25 @@ impl Access {
         if decision == Decision::Deny {
             return Err(denied_by_policy());
         }
-        if !f.anonymous || (decision == Decision::Allow && loaded.allow_counts()) {
+        // Setting the new object's ACL is judged as s3:PutObjectAcl too:
+        // a Deny of it refuses the write, and an unsigned write needs the
+        // policy to allow it as well.
+        let acl_decision = if f.sets_acl {
+            let acl = Facts {
+                op: "PutObjectAcl",
+                sets_acl: false,
+                version: None,
+                ..*f
+            };
+            self.decide(loaded, &acl).await
+        } else {
+            Decision::Allow
+        };
+        if acl_decision == Decision::Deny {
+            return Err(denied_by_policy());
+        }
+        let allowed = decision == Decision::Allow && acl_decision == Decision::Allow;
+        if !f.anonymous || (allowed && loaded.allow_counts()) {
             return Ok(());
         }
         if self.acl_opens(loaded.access, f).await {
@@ -254,33 +297,26 @@ impl Access {
     /// server calls it for an unsigned form as soon as its fields are read:
     /// `s3s` reads the whole file into memory before its own check, and a
     /// caller no policy or ACL lets in must not get that far.
-    pub(crate) async fn judge_form(
-        &self,
-        anonymous: bool,
-        bucket: &str,
-        key: &str,
-        headers: &HeaderMap,
-        query: Option<&str>,
-        peer: Option<IpAddr>,
-    ) -> S3Result<()> {
-        let loaded = self.load(bucket, anonymous).await;
-        if loaded.gone && anonymous {
+    pub(crate) async fn judge_form(&self, form: &FormRequest<'_>) -> S3Result<()> {
+        let loaded = self.load(form.bucket, form.anonymous).await;
+        if loaded.gone && form.anonymous {
             // Answered now, as the upload would be, not after the file.
             return Err(crate::errors::to_s3(StoreError::NoSuchBucket {
-                bucket: bucket.to_string(),
+                bucket: form.bucket.to_string(),
             }));
         }
         self.judge_loaded(
             &loaded,
             &Facts {
-                anonymous,
+                anonymous: form.anonymous,
                 op: "PostObject",
-                bucket,
-                key: Some(key),
+                sets_acl: form.sets_acl,
+                bucket: form.bucket,
+                key: Some(form.key),
                 version: None,
-                headers,
-                query,
-                peer,
+                headers: form.headers,
+                query: form.query,
+                peer: form.peer,
             },
         )
         .await
@@ -303,6 +339,7 @@ impl Access {
         };
         self.judge(&Facts {
             op: "GetObject",
+            sets_acl: false,
             bucket,
             key: Some(key),
             version,
@@ -329,6 +366,7 @@ impl S3Access for Access {
         let f = Facts {
             anonymous,
             op,
+            sets_acl: acl_headers(op, cx.headers()),
             bucket,
             key,
             version: version_of(query),
@@ -362,14 +400,19 @@ impl S3Access for Access {
 
     async fn post_object(&self, req: &mut S3Request<PostObjectInput>) -> S3Result<()> {
         let peer = req.extensions.get::<Peer>().map(|p| p.0);
-        self.judge_form(
-            req.credentials.is_none(),
-            &req.input.bucket,
-            &req.input.key,
-            &req.headers,
-            req.uri.query(),
+        let acl_field = req
+            .extensions
+            .get::<crate::post::FormUpload>()
+            .is_some_and(crate::post::FormUpload::sets_acl);
+        self.judge_form(&FormRequest {
+            anonymous: req.credentials.is_none(),
+            bucket: &req.input.bucket,
+            key: &req.input.key,
+            sets_acl: acl_field || req.input.acl.is_some(),
+            headers: &req.headers,
+            query: req.uri.query(),
             peer,
-        )
+        })
         .await
     }
 
@@ -384,6 +427,7 @@ impl S3Access for Access {
             let f = Facts {
                 anonymous,
                 op: "DeleteObject",
+                sets_acl: false,
                 bucket: &req.input.bucket,
                 key: Some(object.key.as_str()),
                 version: object.version_id.clone(),

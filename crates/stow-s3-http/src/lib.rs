@@ -213,22 +213,22 @@ impl Handler {
         bucket: &str,
         peer: SocketAddr,
     ) -> s3s::S3Result<()> {
-        let Some(key) = req
-            .extensions()
-            .get::<post::FormUpload>()
-            .and_then(post::FormUpload::unsigned_key)
-        else {
+        let Some(form) = req.extensions().get::<post::FormUpload>() else {
+            return Ok(());
+        };
+        let Some(key) = form.unsigned_key() else {
             return Ok(());
         };
         self.access
-            .judge_form(
-                true,
+            .judge_form(&access::FormRequest {
+                anonymous: true,
                 bucket,
                 key,
-                req.headers(),
-                req.uri().query(),
-                Some(peer.ip()),
-            )
+                sets_acl: form.sets_acl(),
+                headers: req.headers(),
+                query: req.uri().query(),
+                peer: Some(peer.ip()),
+            })
             .await
     }
 

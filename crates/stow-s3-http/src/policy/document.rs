@@ -131,6 +131,13 @@ pub(crate) struct Condition {
     pub(crate) values: Vec<String>,
 }
 
+/// An `aws:SourceIp` range with a shorter prefix than this (IPv4) is too
+/// wide to keep a grant to everyone from being public: two `/1` ranges
+/// hold every address.
+const NARROWEST_PUBLIC_V4: u8 = 8;
+/// The same for IPv6 ranges.
+const NARROWEST_PUBLIC_V6: u8 = 32;
+
 impl Condition {
     /// Whether the condition holds only for fixed values of a key that
     /// names a source or a principal, which keeps a grant to everyone from
@@ -138,11 +145,19 @@ impl Condition {
     /// satisfies it (`…IfExists`, `ForAllValues:`, a negated operator: here
     /// the principal keys are always missing), where it only asks whether
     /// the key exists (`Null`) or a value is a pattern (`*`, `?`, a policy
-    /// variable), or where an address range holds every address (`/0`).
+    /// variable), or where an address range is wider than
+    /// [`NARROWEST_PUBLIC_V4`]/[`NARROWEST_PUBLIC_V6`] (a few such ranges
+    /// cover every address).
     fn limits_to_fixed_values(&self) -> bool {
-        let everyone_range =
-            |v: &str| self.key == "aws:sourceip" && matches!(cidr(v), Some((_, 0)));
-        let fixed = |v: &String| !(v.contains(['*', '?']) || v.contains("${") || everyone_range(v));
+        let wide_range = |v: &str| {
+            self.key == "aws:sourceip"
+                && match cidr(v) {
+                    Some((IpAddr::V4(_), n)) => n < NARROWEST_PUBLIC_V4,
+                    Some((IpAddr::V6(_), n)) => n < NARROWEST_PUBLIC_V6,
+                    None => false,
+                }
+        };
+        let fixed = |v: &String| !(v.contains(['*', '?']) || v.contains("${") || wide_range(v));
         LIMITING_KEYS.contains(&self.key.as_str())
             && !self.if_exists
             && self.set == SetOp::Any
@@ -675,6 +690,8 @@ mod tests {
             r#"{"StringEquals":{"aws:SourceAccount":"${aws:PrincipalAccount}"}}"#,
             r#"{"IpAddress":{"aws:SourceIp":"0.0.0.0/0"}}"#,
             r#"{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","::/0"]}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":["0.0.0.0/1","128.0.0.0/1"]}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"2000::/3"}}"#,
             r#"{"Null":{"aws:SourceArn":"false"}}"#,
         ] {
             assert!(with(public), "{public}");

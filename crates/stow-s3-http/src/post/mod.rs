@@ -28,7 +28,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
 use hyper::body::{Frame, Incoming};
-use s3s::dto::{ChecksumAlgorithm, PutObjectInput, Tagging};
+use s3s::dto::{ChecksumAlgorithm, ObjectCannedACL, PutObjectInput, Tagging};
 use s3s::post_policy::PostPolicy;
 use s3s::{s3_error, S3Result};
 
@@ -70,6 +70,9 @@ pub(crate) struct FormUpload {
     /// The key of an unsigned form (`${filename}` substituted), for the
     /// access check to judge before the file is read; `None` when signed.
     unsigned_key: Option<String>,
+    /// The `acl` field: the new object's canned ACL (`s3s` reads only an
+    /// `x-amz-acl` field, which S3's forms do not use).
+    acl: Option<String>,
 }
 
 /// `%XX`-encodes all but RFC 3986's unreserved characters.
@@ -90,9 +93,17 @@ impl FormUpload {
         self.unsigned_key.as_deref()
     }
 
-    /// Sets the input's checksums and tags from the form's fields; a
+    /// Whether the form sets the new object's ACL.
+    pub(crate) fn sets_acl(&self) -> bool {
+        self.acl.is_some()
+    }
+
+    /// Sets the input's checksums, tags and ACL from the form's fields; a
     /// `tagging` document that is not S3's `<Tagging>` is MalformedXML.
     pub(crate) fn apply(&self, input: &mut PutObjectInput) -> S3Result<()> {
+        if let (Some(acl), None) = (&self.acl, &input.acl) {
+            input.acl = Some(ObjectCannedACL::from(acl.clone()));
+        }
         if let (Some(xml), None) = (&self.tagging, &input.tagging) {
             let mut d = s3s::xml::Deserializer::new(xml.as_bytes());
             let tagging =
@@ -197,6 +208,7 @@ pub(crate) async fn prepare(
         .cloned()
         .collect();
     let tagging = form.get("tagging").map(str::to_string);
+    let acl = form.get("acl").map(str::to_string);
     let unsigned_key = match policy {
         Some(_) => None,
         None => form.get("key").map(str::to_string),
@@ -205,6 +217,7 @@ pub(crate) async fn prepare(
         checksums: sums,
         tagging,
         unsigned_key,
+        acl,
     });
 
     let mut head = form::rebuild(&fields, boundary, &form.file_headers);
