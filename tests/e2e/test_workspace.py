@@ -257,3 +257,34 @@ def test_restore_reproduces_bytes_and_modes(stow_bin, workdir):
         assert a.read_bytes() == b.read_bytes()
         assert (os.stat(a).st_mode & 0o777) == (os.stat(b).st_mode & 0o777)
     assert r["base_identity"] == ok(stow_bin, "resume", "--id", p["workspace_id"], *reg)["base_identity"]
+
+
+def test_a_root_inside_the_registry_is_refused(stow_bin, workdir):
+    """prepare, restore and adopt refuse a root inside the registry's
+    directory (as attach does): gc took such a workspace's files for
+    unreferenced blobs and deleted them."""
+    (workdir / "in").mkdir()
+    (workdir / "in" / "a.txt").write_text("alpha")
+    m = manifest(workdir / "t.json", root="w", registry_dir="reg",
+                 inputs=[{"source": "in", "destination": "."}])
+    p = ok(stow_bin, "prepare", "--manifest", m)
+    reg = ["--registry-dir", workdir / "reg"]
+    cp = ok(stow_bin, "checkpoint", "--id", p["workspace_id"], *reg)["checkpoint_id"]
+    before = sorted(str(x) for x in (workdir / "reg").rglob("*"))
+    inside = workdir / "reg" / ".stow" / "blobs" / "zz"
+    rc, out, _ = ws(stow_bin, "restore", "--checkpoint-id", cp, "--root", inside, *reg, check=False)
+    assert rc == 1 and out["error"]["code"] == "invalid_root", out
+    assert "inside the registry" in out["error"]["message"]
+    archive = workdir / "a.tar.gz"
+    h = workdir / "h.json"
+    ok(stow_bin, "handoff", "--id", p["workspace_id"], "--checkpoint-id", cp, "--archive", archive,
+       "--output", h, *reg)
+    rc, out, _ = ws(stow_bin, "adopt", "--handoff", h, "--root", workdir / "reg" / "adopted", *reg, check=False)
+    assert rc == 1 and out["error"]["code"] == "invalid_root", out
+    m2 = manifest(workdir / "t2.json", root="reg/w2", registry_dir="reg",
+                  inputs=[{"source": "in", "destination": "."}])
+    rc, out, _ = ws(stow_bin, "prepare", "--manifest", m2, check=False)
+    assert rc == 1 and out["error"]["code"] == "invalid_root", out
+    assert sorted(str(x) for x in (workdir / "reg").rglob("*")) == before
+    assert ok(stow_bin, "gc", *reg)["freed_blobs"] == 0
+    assert (workdir / "w" / "a.txt").read_text() == "alpha"

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::describe::WorkspaceResult;
 use crate::identity::{
     find_workspace, identity_path, is_live, new_workspace_id, read_identity, registry_base,
-    write_identity, Identity,
+    registry_overlap, write_identity, Identity,
 };
 use crate::manifest::{DEFAULT_MAX_BYTES, DEFAULT_MAX_OBJECTS};
 use crate::open::describe;
@@ -90,13 +90,8 @@ fn check_attachable(registry: &Registry, root: &Path) -> Result<()> {
         ));
     }
     // The registry's base directory: every team's partition lies in it.
-    let base = registry_base(registry).unwrap_or_else(|| registry.dir().to_path_buf());
-    let base = base.canonicalize().unwrap_or(base);
-    if base.starts_with(root) {
-        return Err(refused(root, "it holds the registry directory"));
-    }
-    if root.starts_with(&base) {
-        return Err(refused(root, "it is inside the registry directory"));
+    if let Some(reason) = registry_overlap(registry, root) {
+        return Err(refused(root, reason));
     }
     for rec in registry.records()? {
         let dir = rec.dir.canonicalize().unwrap_or(rec.dir.clone());

@@ -303,6 +303,7 @@ pub(crate) fn adopt_document(
     };
     let root = absolute(root)?;
     check_new_root(&root)?;
+    crate::identity::check_root_apart(registry, &root)?;
     let path = if archive.path.is_absolute() {
         archive.path.clone()
     } else {
@@ -412,6 +413,7 @@ fn adopt_pulled(
 ) -> Result<WorkspaceResult> {
     let root = absolute(root)?;
     check_new_root(&root)?;
+    crate::identity::check_root_apart(registry, &root)?;
     let connector = opts.connector.ok_or_else(|| {
         WsError::InvalidRequest(
             "this handoff names a remote, and no remote client was given".into(),

@@ -82,6 +82,43 @@ pub(crate) fn registry_base(registry: &Registry) -> Option<PathBuf> {
     }
 }
 
+/// Why `root` (a workspace's root, existing or about to be made) may not
+/// be one with `registry`: inside the registry's base directory (garbage
+/// collection would take its files for blobs, `destroy` could remove the
+/// registry's own state) or holding it. Real paths are compared: the
+/// deepest existing ancestor of `root` is resolved.
+pub(crate) fn registry_overlap(registry: &Registry, root: &Path) -> Option<&'static str> {
+    let base = registry_base(registry).unwrap_or_else(|| registry.dir().to_path_buf());
+    let base = base.canonicalize().unwrap_or(base);
+    let mut existing = root.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        let name = existing.file_name()?.to_os_string();
+        rest.push(name);
+        existing = existing.parent()?.to_path_buf();
+    }
+    let mut real = existing.canonicalize().unwrap_or(existing);
+    real.extend(rest.iter().rev());
+    if base.starts_with(&real) {
+        Some("it holds the registry directory")
+    } else if real.starts_with(&base) {
+        Some("it is inside the registry directory")
+    } else {
+        None
+    }
+}
+
+/// Refuses a new workspace root that [`registry_overlap`] rules out.
+pub(crate) fn check_root_apart(registry: &Registry, root: &Path) -> Result<()> {
+    match registry_overlap(registry, root) {
+        Some(reason) => Err(WsError::InvalidRoot {
+            root: root.to_path_buf(),
+            reason: reason.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Takes the session lock of a workspace, refusing when a live owner holds it.
 pub fn claim_session(root: &Path, id: &str) -> Result<FileLock> {
     let stow = root.join(".stow");

@@ -29,6 +29,7 @@ pub fn prepare(manifest_path: &Path) -> Result<WorkspaceResult> {
     let plan = Plan::build(&manifest, manifest_path)?;
     clock.lap("plan");
     let registry = Registry::resolve(plan.registry_base.as_deref(), plan.team.as_deref())?;
+    crate::identity::check_root_apart(&registry, &plan.root)?;
     // The bound is checked before anything is created, then again under
     // the registry lock at registration (a concurrent prepare may race).
     let bound = min_bound(plan.max_workspaces, registry.policy()?.max_workspaces);

@@ -52,6 +52,7 @@ pub(crate) fn restore_as(
 ) -> Result<WorkspaceResult> {
     let root = absolute(root)?;
     check_new_root(&root)?;
+    crate::identity::check_root_apart(registry, &root)?;
     // The registry lock keeps garbage collection away from the blobs while
     // they are copied.
     let _lock = registry.lock()?;
