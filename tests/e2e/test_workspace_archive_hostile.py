@@ -375,6 +375,37 @@ def test_directories_and_links_are_bounded_too(sb):
                       flags=["--max-files", str(len(FILES))])
 
 
+def test_deep_and_long_paths(sb):
+    """A deep directory chain is counted before it is validated (it took
+    seconds per thousand levels), and a path no file system here could hold
+    (a name over 255 bytes, a path over 4096) is refused, not imported to
+    fail at restore."""
+    def deep(doc):
+        doc["manifest"]["dirs"] = [{"path": "/".join(["x"] * n), "mode": 0o755} for n in range(1, 2001)]
+    sb.assert_refused(pack(with_manifest(sb.base.entries, deep)), "capacity_exceeded",
+                      flags=["--max-files", "5"])
+    def long_name(doc):
+        doc["manifest"]["dirs"] = [{"path": "n" * 300, "mode": 0o755}]
+    sb.assert_refused(pack(with_manifest(sb.base.entries, long_name)), "invalid_archive")
+    def long_path(doc):
+        doc["manifest"]["dirs"] = [{"path": "/".join(["d" * 200] * 25), "mode": 0o755}]
+    sb.assert_refused(pack(with_manifest(sb.base.entries, long_path)), "invalid_archive")
+
+
+def test_a_link_with_a_sensitive_name_needs_include_sensitive(sb):
+    """A link named .env restores a credential as a file would: preview
+    lists it, import refuses it without --include-sensitive."""
+    def links(doc):
+        doc["manifest"]["links"] = [{"path": ".env", "target": "/etc/passwd"}]
+    archive = sb.write("links.tar.gz", pack(with_manifest(sb.base.entries, links)))
+    assert sb.ok("preview", "--archive", archive)["sensitive_paths"] == [".env"]
+    before = sb.snapshot()
+    sb.refused("sensitive_path", "import", "--archive", archive, "--registry-dir", sb.registry)
+    assert_unchanged(before, sb.snapshot(), "import without --include-sensitive")
+    doc = sb.ok("import", "--archive", archive, "--include-sensitive", "--registry-dir", sb.registry)
+    assert doc["checkpoint_id"] == sb.base.cp
+
+
 def test_limits_at_the_boundary_are_accepted(sb):
     archive = sb.write("base.tar.gz", sb.base.raw)
     flags = ["--max-files", str(len(FILES)), "--max-bytes", str(TOTAL)]

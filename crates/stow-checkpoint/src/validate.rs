@@ -10,6 +10,38 @@ use crate::paths::check_checkpoint_id;
 /// entries stay far from overflowing.
 const MAX_PAYLOAD_BYTES: u64 = 1 << 46;
 
+/// The longest path a manifest from outside may name (Linux's PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
+/// The longest name of one path segment (Linux's NAME_MAX).
+const MAX_NAME_BYTES: usize = 255;
+
+/// A path of a manifest from outside: a checkpoint path
+/// ([`crate::paths::check_checkpoint_path`]) that this machine could
+/// also create, so what is accepted can be restored.
+fn check_outside_path(path: &str) -> std::result::Result<(), String> {
+    crate::paths::check_checkpoint_path(path).map_err(|e| e.to_string())?;
+    if path.len() > MAX_PATH_BYTES {
+        return Err(format!(
+            "a path of {} bytes is longer than {MAX_PATH_BYTES}",
+            path.len()
+        ));
+    }
+    if let Some(seg) = path.split('/').find(|s| s.len() > MAX_NAME_BYTES) {
+        return Err(format!(
+            "{path}: a name of {} bytes is longer than {MAX_NAME_BYTES}",
+            seg.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The first of `sorted` (sorted bytewise) that lies beneath `parent`.
+fn first_beneath<'a>(sorted: &[&'a str], parent: &str) -> Option<&'a str> {
+    let prefix = format!("{parent}/");
+    let at = sorted.partition_point(|p| *p < prefix.as_str());
+    sorted.get(at).copied().filter(|p| p.starts_with(&prefix))
+}
+
 /// A manifest's directory entries: valid paths, modes of permission bits
 /// only, none listed twice. Returns their paths.
 pub(crate) fn check_dirs(
@@ -17,7 +49,7 @@ pub(crate) fn check_dirs(
 ) -> std::result::Result<HashSet<&str>, String> {
     let mut paths: HashSet<&str> = HashSet::new();
     for d in dirs {
-        crate::paths::check_checkpoint_path(&d.path).map_err(|e| e.to_string())?;
+        check_outside_path(&d.path)?;
         if d.mode > 0o777 || !paths.insert(d.path.as_str()) {
             return Err(format!("directory {} is malformed or listed twice", d.path));
         }
@@ -77,7 +109,7 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
     }
     let mut paths: Vec<&str> = Vec::with_capacity(m.files.len());
     for f in &m.files {
-        crate::paths::check_checkpoint_path(&f.path).map_err(|e| e.to_string())?;
+        check_outside_path(&f.path)?;
         if !valid_sha(&f.sha256) {
             return Err(format!("{}: sha256 is not 64 lowercase hex digits", f.path));
         }
@@ -110,32 +142,12 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
     let dirs = check_dirs(&m.dirs)?;
     let mut links: HashSet<&str> = HashSet::new();
     for l in &m.links {
-        crate::paths::check_checkpoint_path(&l.path).map_err(|e| e.to_string())?;
+        check_outside_path(&l.path)?;
         if l.target.is_empty() || l.target.len() > 4096 || l.target.contains('\0') {
             return Err(format!("link {}: the target is malformed", l.path));
         }
         if !links.insert(l.path.as_str()) || dirs.contains(l.path.as_str()) {
             return Err(format!("link {} is listed twice", l.path));
-        }
-    }
-    let under_link = |p: &str| {
-        let mut rest = p;
-        while let Some((parent, _)) = rest.rsplit_once('/') {
-            if links.contains(parent) {
-                return true;
-            }
-            rest = parent;
-        }
-        false
-    };
-    for p in paths
-        .iter()
-        .copied()
-        .chain(dirs.iter().copied())
-        .chain(links.iter().copied())
-    {
-        if under_link(p) {
-            return Err(format!("{p} lies beneath a symbolic link"));
         }
     }
     for p in &paths {
@@ -145,15 +157,24 @@ pub(crate) fn validate_manifest(m: &CheckpointManifest) -> std::result::Result<(
             ));
         }
     }
-    // A file may not also be a directory of another file ("a" and "a/b").
-    let set: HashSet<&str> = paths.iter().copied().collect();
-    for p in &paths {
-        let mut rest = *p;
-        while let Some((parent, _)) = rest.rsplit_once('/') {
-            if set.contains(parent) {
-                return Err(format!("{parent} is both a file and a directory"));
-            }
-            rest = parent;
+    // Nothing lies beneath a link (restoring it would write through the
+    // link) or beneath a file ("a" and "a/b"). Found by binary search in
+    // the sorted entries, so a deep tree costs no more than a wide one.
+    let mut all: Vec<&str> = paths
+        .iter()
+        .copied()
+        .chain(dirs.iter().copied())
+        .chain(links.iter().copied())
+        .collect();
+    all.sort_unstable();
+    for l in &links {
+        if let Some(p) = first_beneath(&all, l) {
+            return Err(format!("{p} lies beneath a symbolic link"));
+        }
+    }
+    for f in &paths {
+        if first_beneath(&all, f).is_some() {
+            return Err(format!("{f} is both a file and a directory"));
         }
     }
     if m.version == 2 {
@@ -364,6 +385,26 @@ mod tests {
         let mut m = manifest(vec![file("a", 1, "ab")], vec![]);
         m.links = vec![link("a")];
         refused(m, "as a file and as a directory or link");
+        // Nothing beneath a file, a sibling sorting between them or not.
+        let mut m = manifest(vec![file("a", 1, "ab"), file("a-b", 1, "ab")], vec![]);
+        m.dirs = vec![DirectoryEntry {
+            path: "a/d".into(),
+            mode: 0o755,
+        }];
+        refused(m, "both a file and a directory");
+        let mut m = manifest(vec![file("a!", 1, "ab"), file("a/x", 1, "cd")], vec![]);
+        m.links = vec![link("a")];
+        refused(m, "beneath a symbolic link");
+        // Names and paths this machine could not create.
+        refused(
+            manifest(vec![file(&"n".repeat(256), 1, "ab")], vec![]),
+            "longer than 255",
+        );
+        let deep = vec!["d"; 2100].join("/");
+        refused(
+            manifest(vec![file(&deep, 1, "ab")], vec![]),
+            "longer than 4096",
+        );
         let mut m = manifest(vec![], vec![]);
         m.links = vec![LinkEntry {
             path: "l".into(),

@@ -146,8 +146,9 @@ pub(crate) fn decode_manifest_document(
             h.format_version, h.manifest.version
         )));
     }
-    crate::validate_manifest(&h.manifest).map_err(DocumentError::Invalid)?;
+    // The bounds first: counting is cheap, validating a huge manifest is not.
     limits.check(&h.manifest).map_err(DocumentError::Limit)?;
+    crate::validate_manifest(&h.manifest).map_err(DocumentError::Invalid)?;
     Ok(h.manifest)
 }
 
@@ -192,14 +193,17 @@ fn expected_entries(m: &CheckpointManifest) -> Vec<Expected> {
     out
 }
 
-/// Sensitive-looking paths of a checkpoint, sorted: file paths, and
+/// Sensitive-looking paths of a checkpoint, sorted: file and link paths
+/// (a link named `.env` restores a credential as surely as a file), and
 /// object keys as `s3://bucket/key`.
 fn sensitive_paths(m: &CheckpointManifest) -> Vec<String> {
     let mut out: Vec<String> = m
         .files
         .iter()
-        .filter(|f| is_sensitive(&f.path))
-        .map(|f| f.path.clone())
+        .map(|f| &f.path)
+        .chain(m.links.iter().map(|l| &l.path))
+        .filter(|p| is_sensitive(p))
+        .cloned()
         .chain(
             m.objects
                 .iter()
