@@ -279,6 +279,10 @@ def test_unsigned_forms_are_judged_before_their_file(s3server, s3):
                                   ("missing", "k", (404, "NoSuchBucket"))]:
         with send_form_head(s3server.endpoint, bucket, key, declared) as sock:
             assert answer_of(sock) == expected, (bucket, key)
+    # Two keys: refused, for the check and the store must see one.
+    r = requests.post(f"{s3server.endpoint}/drop", data=[("key", "in/a"), ("KEY", "out/b")],
+                      files={"file": ("f", b"x")})
+    assert xml_error(r)[:2] == (400, "InvalidArgument") and "more than once" in xml_error(r)[2]
     # What the policy opens still uploads, unsigned.
     r = requests.post(f"{s3server.endpoint}/drop", data={"key": "in/k"}, files={"file": ("f", b"dropped")})
     assert r.status_code == 204, r.text

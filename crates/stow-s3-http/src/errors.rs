@@ -149,7 +149,7 @@ pub(crate) fn post_refusal(e: crate::post::PostError) -> S3Error {
     use crate::post::PostError as P;
     let code = match &e {
         P::Malformed(_) | P::Body(_) => S3ErrorCode::MalformedPOSTRequest,
-        P::NoFile | P::MissingField(_) => S3ErrorCode::InvalidArgument,
+        P::NoFile | P::MissingField(_) | P::RepeatedField(_) => S3ErrorCode::InvalidArgument,
         P::InvalidPolicy(_) => S3ErrorCode::InvalidPolicyDocument,
         P::Expired | P::ConditionFailed(_) | P::ExtraField(_) => S3ErrorCode::AccessDenied,
     };

@@ -46,6 +46,8 @@ pub(crate) enum PostError {
     NoFile,
     #[error("Bucket POST must contain a field named '{0}'. If it is specified, please check the order of the fields.")]
     MissingField(&'static str),
+    #[error("The POST form names its '{0}' field more than once.")]
+    RepeatedField(&'static str),
     #[error("{0}")]
     InvalidPolicy(String),
     #[error("Invalid according to Policy: Policy expired.")]
@@ -242,6 +244,16 @@ pub(crate) async fn prepare(
 /// substituted in the key first; the policy of a signed form.
 fn check(form: &mut form::Form, bucket: &str) -> Result<Option<PostPolicy>, PostError> {
     let filename = form.filename.clone().unwrap_or_default();
+    // One key: the access check and `s3s` (which takes the last) must
+    // judge and store the same one.
+    let keys = form
+        .fields
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("key"))
+        .count();
+    if keys > 1 {
+        return Err(PostError::RepeatedField("key"));
+    }
     let key = form
         .fields
         .iter_mut()
@@ -373,6 +385,17 @@ mod tests {
         assert!(matches!(
             check(&mut f, "b"),
             Err(PostError::MissingField("key"))
+        ));
+        let mut f = form::Form {
+            fields: vec![
+                ("key".into(), "in/x".into()),
+                ("KEY".into(), "out/y".into()),
+            ],
+            ..Default::default()
+        };
+        assert!(matches!(
+            check(&mut f, "b"),
+            Err(PostError::RepeatedField("key"))
         ));
     }
 }
