@@ -200,6 +200,27 @@ impl FileLock {
             .ok_or_else(|| WsError::InvalidRequest("lock unexpectedly busy".into()))
     }
 
+    /// [`FileLock::try_lock`] of a lock file that exists, never creating
+    /// one; `Ok(None)` also when it is gone.
+    pub fn try_lock_existing(path: &Path) -> Result<Option<FileLock>> {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(WsError::io_at("open lock", path, e)),
+        };
+        Self::flock(file, path, true)
+    }
+
+    /// Whether the locked file is still the one at `path` (not removed, or
+    /// replaced by another file, since it was opened).
+    pub fn is_at(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self._file.metadata(), fs::symlink_metadata(path)) {
+            (Ok(held), Ok(there)) => held.dev() == there.dev() && held.ino() == there.ino(),
+            _ => false,
+        }
+    }
+
     fn take(path: &Path, nonblocking: bool) -> Result<Option<FileLock>> {
         let file = OpenOptions::new()
             .read(true)
@@ -209,6 +230,10 @@ impl FileLock {
             .mode(0o600)
             .open(path)
             .map_err(|e| WsError::io_at("open lock", path, e))?;
+        Self::flock(file, path, nonblocking)
+    }
+
+    fn flock(file: File, path: &Path, nonblocking: bool) -> Result<Option<FileLock>> {
         let mut op = libc::LOCK_EX;
         if nonblocking {
             op |= libc::LOCK_NB;

@@ -77,7 +77,7 @@ impl Stage {
             };
             // A sweep may have taken and removed the file between its
             // creation and the lock: then the lock guards nothing.
-            if fs::symlink_metadata(&lock_path).is_err() {
+            if !lock.is_at(&lock_path) {
                 continue;
             }
             let dir = root.join(format!("{STAGE_PREFIX}{hex}"));
@@ -112,7 +112,9 @@ fn sweep_dead_stages(root: &Path) {
         else {
             continue;
         };
-        if let Ok(Some(_dead)) = FileLock::try_lock(&entry.path()) {
+        // Never created here: a sweep must not make a lock file another
+        // export is about to lock.
+        if let Ok(Some(_dead)) = FileLock::try_lock_existing(&entry.path()) {
             let _ = fs::remove_dir_all(root.join(format!("{STAGE_PREFIX}{hex}")));
             let _ = fs::remove_file(entry.path());
         }
