@@ -527,7 +527,21 @@ fn check_value(op: Op, v: &str, name: &str) -> Result<(), PolicyError> {
 }
 
 /// An IP address or CIDR range: the network address and prefix length.
+/// A range of IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d/96+n`) is the
+/// IPv4 range it maps (`a.b.c.d/n`), as a dual-stack listener sees an
+/// IPv4 caller by its mapped address (see `eval::in_range`).
 pub(crate) fn cidr(v: &str) -> Option<(IpAddr, u8)> {
+    let (addr, len) = cidr_as_written(v)?;
+    match addr {
+        IpAddr::V6(a) if len >= 96 => match a.to_ipv4_mapped() {
+            Some(v4) => Some((IpAddr::V4(v4), len - 96)),
+            None => Some((addr, len)),
+        },
+        _ => Some((addr, len)),
+    }
+}
+
+fn cidr_as_written(v: &str) -> Option<(IpAddr, u8)> {
     let (addr, len) = match v.split_once('/') {
         Some((a, l)) => (a, Some(l)),
         None => (v, None),
@@ -692,6 +706,7 @@ mod tests {
             r#"{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","::/0"]}}"#,
             r#"{"IpAddress":{"aws:SourceIp":["0.0.0.0/1","128.0.0.0/1"]}}"#,
             r#"{"IpAddress":{"aws:SourceIp":"2000::/3"}}"#,
+            r#"{"IpAddress":{"aws:SourceIp":"::ffff:0:0/96"}}"#,
             r#"{"Null":{"aws:SourceArn":"false"}}"#,
         ] {
             assert!(with(public), "{public}");

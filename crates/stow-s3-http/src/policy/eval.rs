@@ -129,6 +129,8 @@ fn in_range(value: &str, want: &str) -> bool {
     let (Ok(addr), Some((net, len))) = (value.parse::<IpAddr>(), cidr(want)) else {
         return false;
     };
+    // An IPv4 caller of a dual-stack listener arrives as ::ffff:a.b.c.d.
+    let addr = addr.to_canonical();
     match (addr, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
@@ -349,6 +351,17 @@ mod tests {
             decide(&like, false, "s3:PutObject", OBJ, &keys(&[])),
             Decision::Silent
         );
+    }
+
+    /// A dual-stack listener sees an IPv4 caller as ::ffff:a.b.c.d: IPv4
+    /// ranges (and mapped ones) still judge it.
+    #[test]
+    fn ipv4_mapped_callers_match_ipv4_ranges() {
+        assert!(in_range("::ffff:10.1.2.3", "10.1.0.0/16"));
+        assert!(!in_range("::ffff:10.2.2.3", "10.1.0.0/16"));
+        assert!(in_range("10.1.2.3", "::ffff:10.1.0.0/112"));
+        assert!(in_range("::ffff:192.0.2.1", "::ffff:0:0/96"));
+        assert!(!in_range("2001:db8::1", "::ffff:0:0/96"));
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub(crate) struct FormUpload {
     /// The `acl` field: the new object's canned ACL (`s3s` reads only an
     /// `x-amz-acl` field, which S3's forms do not use).
     acl: Option<String>,
+    /// The form sets the ACL, by an `acl` or an `x-amz-acl` field.
+    sets_acl: bool,
 }
 
 /// `%XX`-encodes all but RFC 3986's unreserved characters.
@@ -97,7 +99,7 @@ impl FormUpload {
 
     /// Whether the form sets the new object's ACL.
     pub(crate) fn sets_acl(&self) -> bool {
-        self.acl.is_some()
+        self.sets_acl
     }
 
     /// Sets the input's checksums, tags and ACL from the form's fields; a
@@ -211,6 +213,8 @@ pub(crate) async fn prepare(
         .collect();
     let tagging = form.get("tagging").map(str::to_string);
     let acl = form.get("acl").map(str::to_string);
+    // `s3s` reads an `x-amz-acl` field as the ACL: it counts as setting one.
+    let sets_acl = acl.is_some() || form.get("x-amz-acl").is_some();
     let unsigned_key = match policy {
         Some(_) => None,
         None => form.get("key").map(str::to_string),
@@ -220,6 +224,7 @@ pub(crate) async fn prepare(
         tagging,
         unsigned_key,
         acl,
+        sets_acl,
     });
 
     let mut head = form::rebuild(&fields, boundary, &form.file_headers);
