@@ -381,7 +381,9 @@ def test_deep_and_long_paths(sb):
     (a name over 255 bytes, a path over 4096) is refused, not imported to
     fail at restore."""
     def deep(doc):
-        doc["manifest"]["dirs"] = [{"path": "/".join(["x"] * n), "mode": 0o755} for n in range(1, 2001)]
+        chain = [{"path": "/".join(["x"] * n), "mode": 0o755} for n in range(1, 2001)]
+        # Also invalid: over the bound, it is the bound that answers.
+        doc["manifest"]["dirs"] = chain + [{"path": "../escape", "mode": 0o755}]
     sb.assert_refused(pack(with_manifest(sb.base.entries, deep)), "capacity_exceeded",
                       flags=["--max-files", "5"])
     def long_name(doc):
@@ -411,6 +413,28 @@ def test_limits_at_the_boundary_are_accepted(sb):
     flags = ["--max-files", str(len(FILES)), "--max-bytes", str(TOTAL)]
     assert sb.ok("preview", "--archive", archive, *flags)["bytes"] == TOTAL
     sb.assert_is_base_import(sb.ok("import", "--archive", archive, *flags, "--registry-dir", sb.registry))
+
+
+def test_a_foreign_child_never_pins_a_checkpoint(sb):
+    """An archive whose checkpoint names as parent a checkpoint of another
+    workspace is refused when that parent is here; imported first, it
+    neither blocks the parent's import nor keeps the parent from
+    deletion (it could otherwise pin any checkpoint whose ID it knows)."""
+    _, child = make_checkpoint(sb.ok, sb.root, "other", {"o.txt": b"other\n"}, "other-registry")
+    out = sb.root / "archives" / "other.tar.gz"
+    sb.ok("export", "--checkpoint-id", child, "--output", out, "--registry-dir", sb.root / "other-registry")
+    foreign = sb.write("foreign.tar.gz", pack(with_manifest(read_entries(out.read_bytes()),
+                                                            set_checkpoint(parent_id=sb.base.cp))))
+    base = sb.write("base.tar.gz", sb.base.raw)
+    # The parent here first: the foreign child is refused.
+    sb.ok("import", "--archive", base, "--registry-dir", sb.registry)
+    sb.refused("invalid_archive", "import", "--archive", foreign, "--registry-dir", sb.registry)
+    # The child first: both import, and the parent can still be deleted.
+    sb.reset_registry()
+    sb.ok("import", "--archive", foreign, "--registry-dir", sb.registry)
+    sb.assert_is_base_import(sb.ok("import", "--archive", base, "--registry-dir", sb.registry))
+    deleted = sb.ok("checkpoint-delete", "--checkpoint-id", sb.base.cp, "--registry-dir", sb.registry)
+    assert deleted["deleted"] is True
 
 
 def test_existing_checkpoint_id_refused(sb):

@@ -24,16 +24,24 @@ pub struct DeleteResult {
     pub freed_bytes: u64,
 }
 
-/// Deletes a checkpoint (refused while another names it as parent) and
-/// collects blobs no retained checkpoint needs.
+/// Deletes a checkpoint (refused while another of its workspace names it
+/// as parent) and collects blobs no retained checkpoint needs. A child of
+/// another workspace does not keep it: an archive or a remote could
+/// otherwise pin any checkpoint whose ID it knows.
 pub fn delete(registry: &Registry, id: &str) -> Result<DeleteResult> {
     check_checkpoint_id(id)?;
     let _lock = registry.lock()?;
     if !checkpoints_dir(registry).join(id).is_dir() {
         return Err(WsError::NotFound(format!("checkpoint {id}")));
     }
-    for s in summaries(registry)? {
-        if s.parent_id.as_deref() == Some(id) {
+    let all = summaries(registry)?;
+    let own = all
+        .iter()
+        .find(|s| s.id == id)
+        .map(|s| s.workspace_id.clone());
+    for s in all {
+        let same_workspace = own.as_ref().is_none_or(|w| *w == s.workspace_id);
+        if s.parent_id.as_deref() == Some(id) && same_workspace {
             return Err(WsError::Refused(format!(
                 "checkpoint {} names {id} as its parent; delete it first",
                 s.id

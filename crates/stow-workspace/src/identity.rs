@@ -89,16 +89,7 @@ pub(crate) fn registry_base(registry: &Registry) -> Option<PathBuf> {
 /// deepest existing ancestor of `root` is resolved.
 pub(crate) fn registry_overlap(registry: &Registry, root: &Path) -> Option<&'static str> {
     let base = registry_base(registry).unwrap_or_else(|| registry.dir().to_path_buf());
-    let base = base.canonicalize().unwrap_or(base);
-    let mut existing = root.to_path_buf();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        let name = existing.file_name()?.to_os_string();
-        rest.push(name);
-        existing = existing.parent()?.to_path_buf();
-    }
-    let mut real = existing.canonicalize().unwrap_or(existing);
-    real.extend(rest.iter().rev());
+    let (base, real) = (real_path(&base)?, real_path(root)?);
     if base.starts_with(&real) {
         Some("it holds the registry directory")
     } else if real.starts_with(&base) {
@@ -106,6 +97,20 @@ pub(crate) fn registry_overlap(registry: &Registry, root: &Path) -> Option<&'sta
     } else {
         None
     }
+}
+
+/// `path` with its deepest existing ancestor resolved (symlinks and all),
+/// the rest appended: the real path it names, or will once created.
+fn real_path(path: &Path) -> Option<PathBuf> {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?.to_path_buf();
+    }
+    let mut real = existing.canonicalize().unwrap_or(existing);
+    real.extend(rest.iter().rev());
+    Some(real)
 }
 
 /// Refuses a new workspace root that [`registry_overlap`] rules out.
