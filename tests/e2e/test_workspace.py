@@ -262,7 +262,7 @@ def test_restore_reproduces_bytes_and_modes(stow_bin, workdir):
 def test_a_root_inside_the_registry_is_refused(stow_bin, workdir):
     """prepare, restore and adopt refuse a root inside the registry's
     directory (as attach does): gc took such a workspace's files for
-    unreferenced blobs and deleted them."""
+    unreferenced blobs and deleted them. Inside another workspace too."""
     (workdir / "in").mkdir()
     (workdir / "in" / "a.txt").write_text("alpha")
     m = manifest(workdir / "t.json", root="w", registry_dir="reg",
@@ -285,6 +285,11 @@ def test_a_root_inside_the_registry_is_refused(stow_bin, workdir):
                   inputs=[{"source": "in", "destination": "."}])
     rc, out, _ = ws(stow_bin, "prepare", "--manifest", m2, check=False)
     assert rc == 1 and out["error"]["code"] == "invalid_root", out
+    # Nor inside another workspace: its rewind would delete the inner one.
+    rc, out, _ = ws(stow_bin, "restore", "--checkpoint-id", cp, "--root", workdir / "w" / "inner", *reg, check=False)
+    assert rc == 1 and out["error"]["code"] == "invalid_root", out
+    assert "inside workspace" in out["error"]["message"] and not (workdir / "w" / "inner").exists()
     assert sorted(str(x) for x in (workdir / "reg").rglob("*")) == before
     assert ok(stow_bin, "gc", *reg)["freed_blobs"] == 0
     assert (workdir / "w" / "a.txt").read_text() == "alpha"
+

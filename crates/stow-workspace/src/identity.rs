@@ -113,15 +113,32 @@ fn real_path(path: &Path) -> Option<PathBuf> {
     Some(real)
 }
 
-/// Refuses a new workspace root that [`registry_overlap`] rules out.
+/// Refuses a new workspace root that [`registry_overlap`] rules out, or
+/// one inside another workspace (as attach refuses it): the outer
+/// workspace would capture the inner one's files and state, and a rewind
+/// of it would delete them.
 pub(crate) fn check_root_apart(registry: &Registry, root: &Path) -> Result<()> {
-    match registry_overlap(registry, root) {
-        Some(reason) => Err(WsError::InvalidRoot {
+    let refuse = |reason: String| {
+        Err(WsError::InvalidRoot {
             root: root.to_path_buf(),
-            reason: reason.to_string(),
-        }),
-        None => Ok(()),
+            reason,
+        })
+    };
+    if let Some(reason) = registry_overlap(registry, root) {
+        return refuse(reason.to_string());
     }
+    let outer = real_path(root)
+        .as_deref()
+        .and_then(Path::parent)
+        .and_then(find_workspace);
+    if let Some((outer, ident)) = outer {
+        return refuse(format!(
+            "it is inside workspace {} at {}",
+            ident.workspace_id,
+            outer.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Takes the session lock of a workspace, refusing when a live owner holds it.
