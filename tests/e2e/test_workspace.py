@@ -293,3 +293,20 @@ def test_a_root_inside_the_registry_is_refused(stow_bin, workdir):
     assert ok(stow_bin, "gc", *reg)["freed_blobs"] == 0
     assert (workdir / "w" / "a.txt").read_text() == "alpha"
 
+
+def test_detach_keeps_a_checkpoint_another_workspace_has_as_its_head(stow_bin, workdir):
+    """A handoff adopted in the same registry shares its checkpoint: detaching
+    the first workspace leaves it for the adopted one, whose head it is."""
+    reg = ["--registry-dir", workdir / "reg"]
+    (workdir / "ra").mkdir()
+    (workdir / "ra" / "a.txt").write_text("alpha")
+    ra = ok(stow_bin, "attach", "--root", workdir / "ra", *reg)["workspace_id"]
+    cp = ok(stow_bin, "checkpoint", "--id", ra, *reg)["checkpoint_id"]
+    h = workdir / "h.json"
+    ok(stow_bin, "handoff", "--id", ra, "--checkpoint-id", cp, "--archive", workdir / "a.tar.gz", "--output", h, *reg)
+    rb = ok(stow_bin, "adopt", "--handoff", h, "--root", workdir / "rb", *reg)["workspace_id"]
+    ok(stow_bin, "detach", "--id", ra, *reg)
+    assert ok(stow_bin, "log", "--id", rb, *reg)["head"] == cp
+    assert ok(stow_bin, "status", "--id", rb, *reg)["clean"] is True
+    r = ok(stow_bin, "restore", "--checkpoint-id", cp, "--root", workdir / "again", *reg)
+    assert (workdir / "again" / "a.txt").read_text() == "alpha" and r["workspace_id"] != rb

@@ -70,15 +70,25 @@ pub(super) fn remove_checkpoint_dir(registry: &Registry, id: &str) -> Result<()>
     fs::remove_dir_all(&trash).map_err(|e| WsError::io_at("remove", &trash, e))
 }
 
-/// Deletes every checkpoint of a workspace and collects blobs. Caller holds
-/// the registry lock.
+/// Deletes every checkpoint of a workspace and collects blobs, but for
+/// those another workspace of the registry has as its head (one adopted
+/// from this workspace's handoff shares its checkpoint): they stay for it.
+/// Caller holds the registry lock.
 pub fn delete_workspace_checkpoints(registry: &Registry, ws: &str) -> Result<()> {
     if !checkpoints_dir(registry).exists() {
         return Ok(());
     }
+    let mut others_heads = std::collections::HashSet::new();
+    for rec in registry.records()? {
+        if rec.id != ws {
+            if let Ok(Some(h)) = crate::history::head(registry, &rec.id) {
+                others_heads.insert(h);
+            }
+        }
+    }
     let mut any = false;
     for s in summaries(registry)? {
-        if s.workspace_id == ws {
+        if s.workspace_id == ws && !others_heads.contains(&s.id) {
             remove_checkpoint_dir(registry, &s.id)?;
             any = true;
         }
